@@ -1,0 +1,1 @@
+"""opmatrix.backend: see design.md."""

@@ -1,0 +1,1 @@
+"""opmatrix.ci: see design.md."""

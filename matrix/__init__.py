@@ -1,0 +1,1 @@
+"""opmatrix.matrix: see design.md."""

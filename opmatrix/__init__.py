@@ -1,0 +1,45 @@
+"""opmatrix: evidence for "this accelerator supports PyTorch".
+
+The public API re-exports the pieces users touch; heavy parts (torch) load only when used::
+
+    >>> import opmatrix
+    >>> m = opmatrix.load_matrix("out/refaccel-g2/matrix.yaml")          # doctest: +SKIP
+    >>> opmatrix.Matrix.load("out/refaccel-g2/matrix.yaml").query(        # doctest: +SKIP
+    ...     "aten.softmax.int", dtype="bfloat16", rank=3, layout="contiguous").path
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from opmatrix.schema import (
+    ArtifactError,
+    Contract,
+    Entry,
+    ExecPath,
+    Layout,
+    Mode,
+    Outcome,
+    load_contract,
+    load_matrix,
+)
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "Matrix": "opmatrix.matrix",
+    "Answer": "opmatrix.matrix",
+    "evaluate_contract": "opmatrix.ci",
+}
+
+__all__ = [
+    "__version__", "ArtifactError", "Contract", "Entry", "ExecPath", "Layout", "Mode", "Outcome",
+    "load_contract", "load_matrix", *_LAZY,
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'opmatrix' has no attribute {name!r}")

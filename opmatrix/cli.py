@@ -1,0 +1,197 @@
+"""The ``opmatrix`` command line: the stable surface of design.md.
+
+Arguments are declared here; each verb's work lives in the subpackage that owns it and is
+imported only when that verb runs (``validate`` and ``schema`` never import torch)::
+
+    opmatrix validate schema/examples/*.yaml
+    opmatrix probe --backend refaccel --ops softmax,add --out out/refaccel-g2
+
+Exit codes: 0 success, 1 a verdict against the input (gate blocked, doctor failed, faults), 2
+invalid input or usage (the message names what and where), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+
+__all__ = ["main", "UsageError", "build_parser"]
+
+#: verb -> "module:function" that implements it, taking the parsed arguments, returning an exit code.
+HANDLERS: dict[str, str] = {
+    "probe": "opmatrix.probes.command:probe",
+    "merge": "opmatrix.matrix.command:merge",
+    "validate": "opmatrix.cli:_validate",
+    "query": "opmatrix.matrix.command:query",
+    "report": "opmatrix.reports.command:report",
+    "gate": "opmatrix.ci.command:gate",
+    "diff": "opmatrix.matrix.command:diff",
+    "doctor": "opmatrix.probes.runtime.command:doctor",
+    "schema": "opmatrix.cli:_schema",
+}
+
+
+class UsageError(Exception):
+    """Invalid input named by the user (unknown backend, unknown op ...): exit 2, one message."""
+
+
+def _csv(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every verb."""
+    parser = argparse.ArgumentParser(
+        prog="opmatrix",
+        description="Probe a PyTorch accelerator backend operator by operator, build its support "
+        "matrix, render docs, answer capability queries and gate releases.",
+    )
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB")
+
+    p = sub.add_parser("probe", help="probe a backend -> DIR/journal.jsonl, DIR/matrix.yaml")
+    p.add_argument("--backend", required=True, help="cpu, meta, cuda, mps, xpu, refaccel, xla, "
+                   "package.module:attr (an adapter) or privateuse1:package.module")
+    p.add_argument("--generation", help="device generation (refaccel: g1 or g2)")
+    p.add_argument("--ops", type=_csv, help="comma-separated OpInfo names or fnmatch patterns (default: all)")
+    p.add_argument("--dtypes", type=_csv, help="comma-separated dtypes (default: the 11 standard ones)")
+    p.add_argument("--layouts", type=_csv, help="comma-separated layouts (default: all)")
+    p.add_argument("--workers", type=int, help="worker processes (default: cores)")
+    p.add_argument("--timeout", type=float, default=60.0, help="deadline per probe task in seconds")
+    p.add_argument("--resume", action="store_true", help="continue from DIR/journal.jsonl")
+    p.add_argument("--devices", type=_csv, help="device indices to spread workers over, e.g. 0,1")
+    p.add_argument("--shard", help="probe slice I of N, as I/N (1-based)")
+    p.add_argument("--out", help="output directory (default out/<backend>[-<generation>])")
+    p.add_argument("--runtime-only", action="store_true", help="run only the level 0/1 runtime checks")
+    p.add_argument("--no-runtime", action="store_true", help="skip the runtime checks")
+    p.add_argument("--no-compile", action="store_true", help="skip compile-mode probes")
+    p.add_argument("--max-restarts", type=int, help="abort after this many worker replacements")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    p = sub.add_parser("merge", help="merge shard journals -> one matrix")
+    p.add_argument("journals", nargs="+", metavar="JOURNAL")
+    p.add_argument("--out", required=True, help="output directory")
+
+    p = sub.add_parser("validate", help="validate matrix or contract files; exit 2 if invalid")
+    p.add_argument("files", nargs="+", metavar="FILE")
+
+    p = sub.add_parser("query", help="how does OP run for a dtype / rank / layout?")
+    p.add_argument("matrix", metavar="MATRIX")
+    p.add_argument("op", metavar="OP", help="aten.softmax.int or aten::softmax.int")
+    p.add_argument("--dtype")
+    p.add_argument("--rank", type=int)
+    p.add_argument("--layout")
+    p.add_argument("--mode", choices=["eager", "compile"], default="eager")
+    p.add_argument("--arg", action="append", default=[], metavar="NAME=VALUE",
+                   help="argument value for conditional entries, e.g. dim=-1 (repeatable)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+    p = sub.add_parser("report", help="render the HTML support site")
+    p.add_argument("matrix", metavar="MATRIX")
+    p.add_argument("--baseline", metavar="MATRIX", help="previous release's matrix (adds a diff page)")
+    p.add_argument("--gate", metavar="RESULT.json", help="gate result to show on the index")
+    p.add_argument("--out", required=True, help="output directory")
+
+    p = sub.add_parser("gate", help="release gate: exit 0 pass, 1 blocked, 2 invalid input")
+    p.add_argument("--matrix", required=True)
+    p.add_argument("--contract", required=True)
+    p.add_argument("--baseline", help="previous release's matrix")
+    p.add_argument("--junit", metavar="FILE", help="write JUnit XML")
+    p.add_argument("--summary", metavar="FILE", help="write a markdown summary")
+    p.add_argument("--json", metavar="FILE", nargs="?", const="-", help="write the result as JSON (- = stdout)")
+    p.add_argument("--today", help="evaluate waiver expiry as of this date (YYYY-MM-DD)")
+
+    p = sub.add_parser("diff", help="cells better / worse / new / removed between two matrices")
+    p.add_argument("a", metavar="A")
+    p.add_argument("b", metavar="B")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("doctor", help="level 0/1 diagnostics in bring-up order")
+    p.add_argument("--backend", required=True)
+    p.add_argument("--generation")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("schema", help="print the JSON Schema of an artifact")
+    p.add_argument("kind", choices=["matrix", "contract"])
+    return parser
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from opmatrix.schema import ArtifactError, Contract, Matrix, validate_file
+
+    bad = 0
+    for path in args.files:
+        try:
+            model = validate_file(path)
+        except ArtifactError as exc:
+            bad += 1
+            for line in exc.messages:
+                print(line, file=sys.stderr)
+            continue
+        if isinstance(model, Matrix):
+            what = f"matrix, {len(model.operators)} operators, {model.cell_count()} cells"
+        elif isinstance(model, Contract):
+            what = f"contract, release {model.release}, level {model.level}"
+        else:  # pragma: no cover - validate_file returns one of the two
+            what = type(model).__name__
+        print(f"{path}: valid ({what})")
+    return 2 if bad else 0
+
+
+def _schema(args: argparse.Namespace) -> int:
+    from opmatrix.schema.jsonschema import json_schema_text
+
+    sys.stdout.write(json_schema_text(args.kind))
+    return 0
+
+
+def _handler(verb: str) -> Callable[[argparse.Namespace], int] | None:
+    module_name, _, func = HANDLERS[verb].partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            return None
+        raise
+    return getattr(module, func, None)  # type: ignore[no-any-return]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        from opmatrix import __version__
+
+        print(__version__)
+        return 0
+    if not args.verb:
+        parser.print_help()
+        return 2
+    handler = _handler(args.verb)
+    if handler is None:
+        print(f"opmatrix {args.verb}: not implemented yet", file=sys.stderr)
+        return 2
+    from opmatrix.schema import ArtifactError
+
+    try:
+        return int(handler(args))
+    except (ArtifactError, UsageError) as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("opmatrix: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+def run() -> None:
+    """Console-script entry point."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    run()

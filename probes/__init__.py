@@ -1,0 +1,1 @@
+"""opmatrix.probes: see design.md."""

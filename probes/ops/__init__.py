@@ -1,0 +1,1 @@
+"""opmatrix.probes.ops: see design.md."""

@@ -1,0 +1,1 @@
+"""opmatrix.probes.runner: see design.md."""

@@ -1,0 +1,1 @@
+"""opmatrix.probes.runtime: see design.md."""

@@ -1,0 +1,1 @@
+"""opmatrix.reports: see design.md."""

@@ -1,0 +1,75 @@
+"""opmatrix.schema: the data model of every artifact and its safe YAML IO.
+
+This package is the shared language of opmatrix and imports nothing else of it. A matrix maps
+ATen overloads to entries of cells with identical results::
+
+    >>> from opmatrix.schema import ExecPath
+    >>> ExecPath.native < ExecPath.fallback
+    True
+"""
+
+from .base import Model, RankRange
+from .conditions import TENSOR, describe, features_of, matches
+from .contract import Contract, LevelRequirement, OperatorRequirement, ToleranceOverride, Waiver, WaiverMatch
+from .enums import (
+    DEFAULT_DTYPES,
+    ApiService,
+    CheckResult,
+    DType,
+    ExecPath,
+    FallbackPolicy,
+    FallbackState,
+    FlakyPolicy,
+    Layout,
+    Mode,
+    Outcome,
+    ReferenceKind,
+)
+from .io import (
+    ArtifactError,
+    dump_model,
+    dump_yaml,
+    dumps_model,
+    load_contract,
+    load_document,
+    load_matrix,
+    load_model,
+    loads_yaml,
+    model_to_data,
+    validate_data,
+    validate_file,
+    write_text_atomic,
+)
+from .journal import CellRecord, JournalHeader, RuntimeRecord, TaskRecord
+from .jsonschema import json_schema
+from .matrix import (
+    SCHEMA_VERSION,
+    ApiCoverage,
+    Autograd,
+    BackendId,
+    CellResult,
+    DeviceInfo,
+    Entry,
+    ErrorInfo,
+    Evidence,
+    FallbackEvidence,
+    Matrix,
+    Numerics,
+    OpSource,
+    Runtime,
+    RuntimeCheck,
+    Samples,
+)
+
+__all__ = [
+    "SCHEMA_VERSION", "DEFAULT_DTYPES", "TENSOR",
+    "ApiCoverage", "ApiService", "ArtifactError", "Autograd", "BackendId", "CellRecord", "CellResult",
+    "CheckResult", "Contract", "DType", "DeviceInfo", "Entry", "ErrorInfo", "Evidence", "ExecPath",
+    "FallbackEvidence", "FallbackPolicy", "FallbackState", "FlakyPolicy", "JournalHeader", "Layout",
+    "LevelRequirement", "Matrix", "Mode", "Model", "Numerics", "OpSource", "OperatorRequirement",
+    "Outcome", "RankRange", "ReferenceKind", "Runtime", "RuntimeCheck", "RuntimeRecord", "Samples",
+    "TaskRecord", "ToleranceOverride", "Waiver", "WaiverMatch",
+    "describe", "dump_model", "dump_yaml", "dumps_model", "features_of", "json_schema", "load_contract",
+    "load_document", "load_matrix", "load_model", "loads_yaml", "matches", "model_to_data",
+    "validate_data", "validate_file", "write_text_atomic",
+]

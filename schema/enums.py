@@ -1,0 +1,239 @@
+"""Closed vocabularies shared by every opmatrix artifact.
+
+Each enum is a ``str`` enum so that it reads and writes as plain YAML scalars::
+
+    >>> ExecPath("composite") < ExecPath.fallback     # ordered best to worst
+    True
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class _Ordered(str, enum.Enum):
+    """A string enum whose declaration order is its quality order (first = best)."""
+
+    @property
+    def rank(self) -> int:
+        return list(type(self)).index(self)
+
+    def __lt__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return self.rank < other.rank  # type: ignore[attr-defined, no-any-return]
+
+    def __le__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return self.rank <= other.rank  # type: ignore[attr-defined, no-any-return]
+
+    def __gt__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return self.rank > other.rank  # type: ignore[attr-defined, no-any-return]
+
+    def __ge__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return self.rank >= other.rank  # type: ignore[attr-defined, no-any-return]
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ExecPath(_Ordered):
+    """How one call executed on the device, best to worst (seeds/000, "Backend paths")."""
+
+    native = "native"  # a kernel registered for the backend's dispatch key ran
+    composite = "composite"  # a composite implementation ran as ops the backend executes
+    decomposed = "decomposed"  # eager unavailable; the backend's compile path runs it
+    fallback = "fallback"  # the call or one of its component ops ran on the host
+    rejected = "rejected"  # the call failed cleanly with an actionable error
+
+
+class Outcome(_Ordered):
+    """What a probed cell produced, separate from its path; ``ok`` is best."""
+
+    ok = "ok"  # ran (or was cleanly rejected) and matched the reference
+    wrong = "wrong"  # ran, numerics outside tolerance: the worst silent failure
+    error = "error"  # an unexpected exception that is not a clean rejection
+    oom = "oom"  # device memory exhausted (not "unsupported")
+    hung = "hung"  # the deadline passed
+    crashed = "crashed"  # the process died (signal recorded)
+    poisoned = "poisoned"  # the device/context was unusable afterwards
+
+    @property
+    def is_fault(self) -> bool:
+        """A fault is an outcome where the probe itself broke (not a numerics verdict)."""
+        return self in (Outcome.error, Outcome.oom, Outcome.hung, Outcome.crashed, Outcome.poisoned)
+
+
+class Layout(str, enum.Enum):
+    """Memory layout of a probe's tensor inputs, derived from a contiguous base sample.
+
+    - ``contiguous``: row-major, dense, offset 0.
+    - ``noncontiguous``: every other element of a doubled buffer (``SampleInput.noncontiguous``).
+    - ``transposed``: the last two dims swapped (or dims reversed for rank > 2), then viewed back.
+    - ``channels_last``: 4-D NHWC memory format (rank 4 only).
+    - ``storage_offset``: a view starting part-way into its storage.
+    - ``expanded``: a broadcast view with zero strides (inputs that are read only).
+    """
+
+    contiguous = "contiguous"
+    noncontiguous = "noncontiguous"
+    transposed = "transposed"
+    channels_last = "channels_last"
+    storage_offset = "storage_offset"
+    expanded = "expanded"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Mode(str, enum.Enum):
+    """How the op was invoked: eager dispatch, or through the backend's ``torch.compile``."""
+
+    eager = "eager"
+    compile = "compile"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class FallbackState(str, enum.Enum):
+    """Three-state fallback evidence: seen, checked and not seen, or no way to tell."""
+
+    observed = "observed"
+    not_observed = "not_observed"
+    unknown = "unknown"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ReferenceKind(str, enum.Enum):
+    """What the device result was compared against."""
+
+    cpu_same_dtype = "cpu_same_dtype"  # CPU, same dtype
+    cpu_upcast = "cpu_upcast"  # CPU in higher precision (low-precision floats)
+    none = "none"  # nothing to compare (rejected, faulted, or no output)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class CheckResult(str, enum.Enum):
+    """Result of one runtime check (levels 0 and 1)."""
+
+    passed = "pass"
+    failed = "fail"
+    not_applicable = "not_applicable"
+    unknown = "unknown"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ApiService(str, enum.Enum):
+    """Whether a device-generic PyTorch API reaches the backend."""
+
+    generic = "generic"  # served through the generic API (torch.accelerator, torch.Stream ...)
+    own_module = "own_module"  # only through the backend's own module (torch.<device>.x)
+    none = "none"  # not served at all
+    unknown = "unknown"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class FallbackPolicy(str, enum.Enum):
+    """Whether a contract accepts host fallback."""
+
+    allowed = "allowed"
+    forbidden = "forbidden"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class FlakyPolicy(str, enum.Enum):
+    """Whether flaky cells block a release."""
+
+    block = "block"
+    allow = "allow"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: Dtype names as ``str(torch.dtype)`` minus the ``torch.`` prefix.
+DTYPES: tuple[str, ...] = (
+    "float64",
+    "float32",
+    "float16",
+    "bfloat16",
+    "complex128",
+    "complex64",
+    "complex32",
+    "int64",
+    "int32",
+    "int16",
+    "int8",
+    "uint64",
+    "uint32",
+    "uint16",
+    "uint8",
+    "bool",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "float8_e4m3fnuz",
+    "float8_e5m2fnuz",
+)
+
+
+class DType(str, enum.Enum):
+    """A tensor element type, named as torch names it (``torch.bfloat16`` -> ``bfloat16``)."""
+
+    float64 = "float64"
+    float32 = "float32"
+    float16 = "float16"
+    bfloat16 = "bfloat16"
+    complex128 = "complex128"
+    complex64 = "complex64"
+    complex32 = "complex32"
+    int64 = "int64"
+    int32 = "int32"
+    int16 = "int16"
+    int8 = "int8"
+    uint64 = "uint64"
+    uint32 = "uint32"
+    uint16 = "uint16"
+    uint8 = "uint8"
+    bool = "bool"
+    float8_e4m3fn = "float8_e4m3fn"
+    float8_e5m2 = "float8_e5m2"
+    float8_e4m3fnuz = "float8_e4m3fnuz"
+    float8_e5m2fnuz = "float8_e5m2fnuz"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: Default dtypes probed when the user gives none.
+DEFAULT_DTYPES: tuple[str, ...] = (
+    "float32",
+    "float64",
+    "float16",
+    "bfloat16",
+    "complex64",
+    "int64",
+    "int32",
+    "int16",
+    "int8",
+    "uint8",
+    "bool",
+)

@@ -1,0 +1,401 @@
+"""Safe, strict, deterministic YAML IO for every opmatrix artifact.
+
+Loading accepts plain YAML only (no Python tags: nothing in a document ever runs), rejects
+duplicate keys with their line numbers, and turns validation errors into messages that name the
+file, the path inside it, the line, and what was expected::
+
+    m.yaml:14: operators.aten.softmax.int[1].path: 'nativ' is not one of native, composite,
+    decomposed, fallback, rejected
+
+Dumping is deterministic: sorted keys, defaults left out, byte-identical on re-dump, a header
+naming the command that produced the file, written atomically and only when the bytes change.
+libyaml's C loader and dumper are used when present, pure Python otherwise.
+"""
+
+from __future__ import annotations
+
+import difflib
+import enum
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from .contract import Contract
+from .matrix import Matrix
+
+__all__ = [
+    "ArtifactError",
+    "dump_model",
+    "HAVE_LIBYAML",
+    "dump_yaml",
+    "dumps_model",
+    "load_contract",
+    "load_document",
+    "load_matrix",
+    "load_model",
+    "loads_yaml",
+    "validate_file",
+    "write_text_atomic",
+]
+
+HAVE_LIBYAML = bool(getattr(yaml, "__with_libyaml__", False))
+M = TypeVar("M", bound=BaseModel)
+
+
+class ArtifactError(ValueError):
+    """An artifact could not be read: every message names the file and where inside it."""
+
+    def __init__(self, messages: list[str]):
+        self.messages = messages
+        super().__init__("\n".join(messages))
+
+
+def _loader_base(pure: bool) -> type:
+    if HAVE_LIBYAML and not pure:
+        return yaml.CSafeLoader  # type: ignore[no-any-return]
+    return yaml.SafeLoader
+
+
+def _make_loader(pure: bool) -> type:
+    base = _loader_base(pure)
+
+    class StrictLoader(base):  # type: ignore[valid-type, misc]
+        """Safe loader that rejects duplicate keys (SafeLoader silently keeps the last one)."""
+
+    def construct_mapping(loader: Any, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        loader.flatten_mapping(node)
+        out: dict[Any, Any] = {}
+        first_line: dict[Any, int] = {}
+        for key_node, value_node in node.value:
+            key = loader.construct_object(key_node, deep=deep)
+            try:
+                hash(key)
+            except TypeError:
+                raise yaml.constructor.ConstructorError(
+                    None, None, "a mapping key must be a plain scalar", key_node.start_mark
+                ) from None
+            line = key_node.start_mark.line + 1
+            if key in out:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"duplicate key {key!r} (first at line {first_line[key]}); remove one of them",
+                    key_node.start_mark,
+                )
+            first_line[key] = line
+            out[key] = loader.construct_object(value_node, deep=deep)
+        return out
+
+    StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
+    return StrictLoader
+
+
+_LOADERS: dict[bool, type] = {}
+
+
+def _loader(pure: bool) -> type:
+    if pure not in _LOADERS:
+        _LOADERS[pure] = _make_loader(pure)
+    return _LOADERS[pure]
+
+
+def loads_yaml(text: str, where: str = "<string>", *, pure: bool = False) -> Any:
+    """Parse YAML text safely; errors become :class:`ArtifactError` naming ``where`` and the line."""
+    try:
+        return yaml.load(text, Loader=_loader(pure))  # noqa: S506 - a SafeLoader subclass
+    except yaml.constructor.ConstructorError as exc:
+        line = exc.problem_mark.line + 1 if exc.problem_mark else "?"
+        problem = exc.problem or str(exc)
+        if "could not determine a constructor" in problem:
+            tag = problem.split("tag", 1)[-1].strip().strip("'")
+            tag = tag.replace("tag:yaml.org,2002:", "!!")
+            problem = f"YAML tag {tag!r} is not allowed: opmatrix reads plain YAML only (nothing in a file runs)"
+        raise ArtifactError([f"{where}:{line}: {problem}"]) from None
+    except yaml.MarkedYAMLError as exc:
+        line = exc.problem_mark.line + 1 if exc.problem_mark else "?"
+        raise ArtifactError([f"{where}:{line}: malformed YAML: {exc.problem}"]) from None
+    except yaml.YAMLError as exc:
+        raise ArtifactError([f"{where}: malformed YAML: {exc}"]) from None
+
+
+def _read(path: str | os.PathLike[str]) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ArtifactError([f"{path}: no such file"]) from None
+    except IsADirectoryError:
+        raise ArtifactError([f"{path}: is a directory, expected a YAML file"]) from None
+    except UnicodeDecodeError as exc:
+        raise ArtifactError([f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})"]) from None
+    except OSError as exc:
+        raise ArtifactError([f"{path}: cannot read: {exc.strerror}"]) from None
+
+
+def load_document(path: str | os.PathLike[str], *, pure: bool = False) -> Any:
+    """Read and safely parse one YAML file."""
+    return loads_yaml(_read(path), str(path), pure=pure)
+
+
+# -- validation messages -------------------------------------------------------------------
+
+
+def _format_loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "<document>"
+
+
+def _line_of(text: str, loc: tuple[Any, ...]) -> int | None:
+    """Line (1-based) of the node at ``loc`` inside the YAML ``text``, when it can be found."""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return None
+    line = None
+    for part in loc:
+        if node is None:
+            break
+        line = node.start_mark.line + 1
+        if isinstance(node, yaml.MappingNode):
+            nxt = None
+            for k, v in node.value:
+                if k.value == str(part):
+                    nxt = v
+                    line = k.start_mark.line + 1
+                    break
+            node = nxt
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+        else:
+            node = None
+    if node is not None:
+        line = node.start_mark.line + 1
+    return line
+
+
+def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The model class whose field set applies at ``loc`` (for unknown-field suggestions)."""
+    import typing
+
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return None
+        field = current.model_fields.get(str(part))
+        if field is None:
+            # a dict key (e.g. the op name under ``operators``): keep the value type
+            continue
+        ann = field.annotation
+        current = _unwrap(ann, typing)
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def _unwrap(ann: Any, typing: Any) -> Any:
+    for _ in range(4):
+        args = [a for a in typing.get_args(ann) if a is not type(None)]
+        if not args:
+            return ann
+        ann = args[-1]
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            return ann
+    return ann
+
+
+def _describe_error(err: dict[str, Any], model: type[BaseModel]) -> str:
+    kind = err["type"]
+    value = err.get("input")
+    ctx = err.get("ctx") or {}
+    if kind == "enum":
+        allowed = ctx.get("expected", "")
+        allowed = allowed.replace("'", "").replace(" or ", ", ")
+        return f"{value!r} is not one of {allowed}"
+    if kind == "extra_forbidden":
+        loc = tuple(err["loc"])
+        parent = _model_at(model, loc[:-1])
+        name = str(loc[-1])
+        if parent is not None:
+            fields = sorted(parent.model_fields)
+            close = difflib.get_close_matches(name, fields, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            return f"unknown field {name!r}{hint} (allowed: {', '.join(fields)})"
+        return f"unknown field {name!r}"
+    if kind == "missing":
+        return "required field is missing"
+    if kind == "literal_error":
+        return f"{value!r} is not allowed; expected {ctx.get('expected')}"
+    msg = err.get("msg", kind)
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, ") :]
+    shown = repr(value)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    return f"{msg[0].lower() + msg[1:] if msg else kind} (got {shown})"
+
+
+def _validation_messages(exc: ValidationError, model: type[BaseModel], where: str, text: str | None) -> list[str]:
+    out = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        line = _line_of(text, loc) if text is not None else None
+        prefix = f"{where}:{line}" if line else where
+        out.append(f"{prefix}: {_format_loc(loc)}: {_describe_error(dict(err), model)}")
+    return out
+
+
+def validate_data(data: Any, model: type[M], where: str, text: str | None = None) -> M:
+    """Validate parsed data against ``model``; errors name ``where`` and the path inside."""
+    if not isinstance(data, dict):
+        kind = type(data).__name__ if data is not None else "an empty document"
+        raise ArtifactError([f"{where}: expected a mapping at the top level, got {kind}"])
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ArtifactError(_validation_messages(exc, model, where, text)) from None
+
+
+def load_model(path: str | os.PathLike[str], model: type[M], *, pure: bool = False) -> M:
+    """Load and validate one artifact file as ``model``."""
+    text = _read(path)
+    data = loads_yaml(text, str(path), pure=pure)
+    return validate_data(data, model, str(path), text)
+
+
+def load_matrix(path: str | os.PathLike[str], *, pure: bool = False) -> Matrix:
+    """Load a matrix file (strictly)."""
+    return load_model(path, Matrix, pure=pure)
+
+
+def load_contract(path: str | os.PathLike[str]) -> Contract:
+    """Load a contract file (strictly)."""
+    return load_model(path, Contract)
+
+
+def kind_of(data: Any) -> type[BaseModel] | None:
+    """Which artifact a parsed document is: a matrix has ``operators``, a contract ``level``."""
+    if not isinstance(data, dict):
+        return None
+    if "operators" in data or "backend" in data and isinstance(data.get("backend"), dict):
+        return Matrix
+    if "level" in data or "requirements" in data or "release" in data:
+        return Contract
+    return None
+
+
+def validate_file(path: str | os.PathLike[str]) -> BaseModel:
+    """Validate a matrix or a contract, telling which from its top-level keys."""
+    text = _read(path)
+    data = loads_yaml(text, str(path))
+    model = kind_of(data)
+    if model is None:
+        top = ", ".join(sorted(map(str, data))) if isinstance(data, dict) else type(data).__name__
+        raise ArtifactError(
+            [
+                f"{path}: neither a matrix (needs 'operators' and a 'backend' mapping) nor a contract "
+                f"(needs 'level' and 'release'); top-level keys: {top or 'none'}"
+            ]
+        )
+    return validate_data(data, model, str(path), text)
+
+
+# -- dumping -------------------------------------------------------------------------------
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def model_to_data(model: BaseModel) -> dict[str, Any]:
+    """Plain data for a model: JSON types, defaults left out (``schema_version`` kept)."""
+    data = model.model_dump(mode="json", exclude_defaults=True)
+    if "schema_version" in type(model).model_fields:
+        data = {"schema_version": getattr(model, "schema_version"), **data}
+    return data  # type: ignore[no-any-return]
+
+
+def _represent_list(dumper: Any, data: list[Any]) -> Any:
+    # short lists of scalars (dtypes, layouts, component ops) read best on one line
+    flow = all(isinstance(v, (str, int, float, bool)) or v is None for v in data)
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
+
+
+def _make_dumper(base: type) -> type:
+    dumper = type("OpmatrixDumper", (base,), {})
+    dumper.add_representer(list, _represent_list)
+    return dumper
+
+
+_DUMPERS = {True: _make_dumper(yaml.SafeDumper), False: _make_dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper))}
+
+
+def _dumper(pure: bool) -> type:
+    return _DUMPERS[pure or not HAVE_LIBYAML]
+
+
+def dump_yaml(data: Any, *, header: str = "", pure: bool = False) -> str:
+    """Deterministic YAML text: sorted keys, block style, unicode kept, a ``#`` header."""
+    body = yaml.dump(
+        _plain(data),
+        Dumper=_dumper(pure),
+        sort_keys=True,
+        default_flow_style=False,
+        allow_unicode=True,
+        width=120,
+    )
+    head = "".join(f"# {line}\n" if line else "#\n" for line in header.splitlines())
+    return head + body
+
+
+def dumps_model(model: BaseModel, *, command: str = "", pure: bool = False) -> str:
+    """YAML text of an artifact with a header naming the command that produced it."""
+    kind = type(model).__name__.lower()
+    header = f"opmatrix {kind}, schema version 1 (JSON Schema: `opmatrix schema {kind}`)."
+    if command:
+        header += f"\nGenerated by: {command}\nRegenerate it with the same command; do not edit by hand."
+    return dump_yaml(model_to_data(model), header=header, pure=pure)
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> bool:
+    """Write ``text`` to ``path`` atomically, only when it differs; True when written."""
+    target = Path(path)
+    try:
+        if target.read_text(encoding="utf-8") == text:
+            return False
+    except (FileNotFoundError, UnicodeDecodeError, IsADirectoryError):
+        pass
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return True
+
+
+def dump_model(model: BaseModel, path: str | os.PathLike[str], *, command: str = "") -> bool:
+    """Write an artifact to ``path`` (atomic, only if changed); True when written."""
+    return write_text_atomic(path, dumps_model(model, command=command))
+
+
+Loader = Callable[[str], BaseModel]

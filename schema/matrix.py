@@ -1,0 +1,262 @@
+"""The support matrix: what a backend really supports, per operator overload, with evidence.
+
+A matrix maps ATen overload names to entries. An entry is a set of probed cells with identical
+results, compressed into dtypes x a rank range x layouts, as in the seed's example::
+
+    operators:
+      aten.softmax.int:
+      - dtypes: [bfloat16, float32]
+        ranks: {min: 2, max: 5}
+        layouts: [contiguous]
+        mode: eager
+        conditions: {dim: last}
+        path: native
+        outcome: ok
+        ...
+
+Expanding every entry gives back exactly the cells that were probed; a cell that is in no entry
+was not probed, and a query for it answers ``unknown``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from .base import Model, RankRange
+from .enums import (
+    ApiService,
+    CheckResult,
+    DType,
+    ExecPath,
+    FallbackState,
+    Layout,
+    Mode,
+    Outcome,
+    ReferenceKind,
+)
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "ApiCoverage",
+    "Autograd",
+    "BackendId",
+    "CellResult",
+    "DeviceInfo",
+    "Entry",
+    "ErrorInfo",
+    "Evidence",
+    "FallbackEvidence",
+    "Matrix",
+    "Numerics",
+    "OpSource",
+    "Runtime",
+    "RuntimeCheck",
+    "Samples",
+]
+
+SCHEMA_VERSION = 1
+
+Scalar = str | int | float | bool | None
+
+
+class BackendId(Model):
+    """Which backend a matrix describes."""
+
+    name: str = Field(min_length=1, description="opmatrix backend name, e.g. refaccel, cuda")
+    device_type: str = Field(min_length=1, description="torch device type, e.g. refaccel, cuda")
+    dispatch_key: str = Field(min_length=1, description="dispatcher key, e.g. PrivateUse1, CUDA")
+    generation: str | None = Field(default=None, description="device generation, e.g. g2")
+
+
+class OpSource(Model):
+    """Where the probed operators and samples came from, and a hash identifying that source."""
+
+    name: str = Field(description="e.g. opinfo")
+    entries: int = Field(ge=0, description="number of source entries (OpInfos) selected")
+    hash: str = Field(description="hash of the source's identity (torch build, op names, samples)")
+
+
+class Evidence(Model):
+    """Where and how the matrix was produced. The only place timestamps may live."""
+
+    opmatrix_version: str
+    torch_version: str
+    torch_git: str | None = None
+    python: str
+    platform: str
+    driver: str | None = None
+    firmware: str | None = None
+    isa: str | None = None
+    stepping: str | None = None
+    backend_version: str | None = None
+    op_source: OpSource | None = None
+    command: str = ""
+    started: str | None = Field(default=None, description="ISO-8601 UTC")
+    finished: str | None = Field(default=None, description="ISO-8601 UTC")
+    extra: dict[str, Scalar] = Field(default_factory=dict)
+
+
+class DeviceInfo(Model):
+    """One device as the runtime identifies it."""
+
+    index: int = Field(ge=0)
+    name: str
+    uuid: str | None = Field(default=None, description="stable physical id (UUID or bus id)")
+    properties: dict[str, Scalar] = Field(default_factory=dict)
+
+
+class RuntimeCheck(Model):
+    """One level 0/1 runtime check and its evidence."""
+
+    name: str = Field(min_length=1)
+    level: int = Field(ge=0, le=7)
+    result: CheckResult
+    evidence: str = ""
+    advice: str | None = Field(default=None, description="what to do next when it did not pass")
+    via: str | None = Field(default=None, description="API path used, e.g. torch.accelerator")
+
+
+class ApiCoverage(Model):
+    """Whether one device-generic PyTorch API reaches the backend."""
+
+    api: str
+    service: ApiService
+    detail: str = ""
+
+
+class Runtime(Model):
+    """Runtime capability data: devices, claimed capabilities, check results by level."""
+
+    devices: list[DeviceInfo] = Field(default_factory=list)
+    claimed_dtypes: list[DType] = Field(default_factory=list)
+    capabilities: dict[str, Scalar] = Field(default_factory=dict)
+    checks: list[RuntimeCheck] = Field(default_factory=list)
+    apis: list[ApiCoverage] = Field(default_factory=list)
+
+    def check(self, name: str) -> RuntimeCheck | None:
+        """The check called ``name``, if it ran."""
+        return next((c for c in self.checks if c.name == name), None)
+
+
+class Numerics(Model):
+    """Tolerances applied and the largest errors seen against the reference."""
+
+    atol: float = Field(ge=0)
+    rtol: float = Field(ge=0)
+    max_abs_err: float | None = Field(default=None, ge=0)
+    max_rel_err: float | None = Field(default=None, ge=0)
+    reference: ReferenceKind = ReferenceKind.cpu_same_dtype
+
+
+class ErrorInfo(Model):
+    """An exception (or a signal) met while probing."""
+
+    type: str
+    message: str
+    actionable: bool = Field(description="names the op and the dtype or device")
+    signal: str | None = None
+
+
+class FallbackEvidence(Model):
+    """Three-state host-fallback evidence, with the ops seen running on the host."""
+
+    state: FallbackState = FallbackState.unknown
+    ops: list[str] = Field(default_factory=list)
+    source: str | None = Field(default=None, description="which signal: counter, warning, profiler ...")
+
+
+class Samples(Model):
+    """How many samples were probed and passed; per-path counts when they took different paths."""
+
+    probed: int = Field(ge=0)
+    passed: int = Field(ge=0)
+    by_path: dict[ExecPath, int] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _passed_le_probed(self) -> Samples:
+        if self.passed > self.probed:
+            raise ValueError(f"passed ({self.passed}) exceeds probed ({self.probed})")
+        return self
+
+
+class Autograd(Model):
+    """First-order backward of the cell."""
+
+    path: ExecPath
+    outcome: Outcome
+    max_abs_err: float | None = Field(default=None, ge=0)
+
+
+class CellResult(Model):
+    """The result of one cell: everything an entry says besides which cells it covers."""
+
+    path: ExecPath
+    outcome: Outcome
+    conditions: dict[str, str] = Field(
+        default_factory=dict, description="argument features this result holds for, e.g. dim: last"
+    )
+    mixed: bool = Field(default=False, description="samples took different paths; no feature separates them")
+    flaky: bool = Field(default=False, description="repeated probes disagreed")
+    autograd: Autograd | None = None
+    numerics: Numerics | None = None
+    components: list[str] = Field(default_factory=list, description="ops a composite ran as")
+    fallback: FallbackEvidence = Field(default_factory=FallbackEvidence)
+    samples: Samples
+    error: ErrorInfo | None = None
+    note: str | None = None
+
+
+class Entry(CellResult):
+    """Cells with identical results: dtypes x ranks x layouts in one mode."""
+
+    dtypes: list[DType] = Field(min_length=1)
+    ranks: RankRange
+    layouts: list[Layout] = Field(min_length=1)
+    mode: Mode = Mode.eager
+
+    @field_validator("dtypes", "layouts")
+    @classmethod
+    def _unique(cls, values: list) -> list:  # type: ignore[type-arg]
+        if len(set(values)) != len(values):
+            raise ValueError("values must be unique")
+        return values
+
+    def cells(self) -> Iterator[tuple[DType, int, Layout, Mode]]:
+        """Every (dtype, rank, layout, mode) cell the entry covers."""
+        for dtype in self.dtypes:
+            for rank in self.ranks.ranks():
+                for layout in self.layouts:
+                    yield dtype, rank, layout, self.mode
+
+    def covers(self, dtype: DType, rank: int, layout: Layout, mode: Mode) -> bool:
+        """Whether the cell (dtype, rank, layout, mode) is one of this entry's."""
+        return mode == self.mode and rank in self.ranks and dtype in self.dtypes and layout in self.layouts
+
+
+class Matrix(Model):
+    """A backend's support matrix: identity, evidence, runtime data and operator entries."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    backend: BackendId
+    evidence: Evidence
+    runtime: Runtime = Field(default_factory=Runtime)
+    operators: dict[str, list[Entry]] = Field(default_factory=dict)
+
+    @field_validator("operators")
+    @classmethod
+    def _op_names(cls, ops: dict[str, list[Entry]]) -> dict[str, list[Entry]]:
+        for name in ops:
+            if not name or any(ch.isspace() for ch in name) or len(name) > 200:
+                raise ValueError(f"operator name {name!r} is not an ATen overload name like aten.add.Tensor")
+        return ops
+
+    def cell_count(self) -> int:
+        """Number of probed cells (the expansion of every entry)."""
+        return sum(
+            len(e.dtypes) * len(e.layouts) * (e.ranks.max - e.ranks.min + 1)
+            for entries in self.operators.values()
+            for e in entries
+        )
