@@ -244,6 +244,10 @@ class Matrix(Model):
     evidence: Evidence
     runtime: Runtime = Field(default_factory=Runtime)
     operators: dict[str, list[Entry]] = Field(default_factory=dict)
+    skipped: dict[str, str] = Field(
+        default_factory=dict,
+        description="probe tasks (source|dtype) that yielded no cell, with the reason: never silently absent",
+    )
 
     @field_validator("operators")
     @classmethod
