@@ -1,0 +1,174 @@
+"""The backend adapter: everything the probes need to know about one device backend.
+
+An adapter says which device and dispatch key to probe, how to initialise the backend inside a
+worker, how to synchronise, how to tell a clean rejection from a fault, which fallback evidence
+it can give, whether the device is still healthy after a fault, and which ``torch.compile``
+backend runs graphs on it::
+
+    adapter = get_adapter("refaccel", generation="g2")
+    adapter.setup()                       # inside each spawned worker, never in the parent
+    x = torch.ones(3, device=adapter.device())
+    with adapter.observe_fallback() as seen:
+        torch.sort(x)
+    seen.state, seen.ops                  # FallbackState.observed, ['aten::sort.stable']
+
+Subclasses override only what differs; the defaults are the generic signals that work on any
+backend (registrations, the profiler's call tree, host copies inside a call).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import platform
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from opmatrix.schema import BackendId, DeviceInfo, FallbackState
+
+__all__ = ["Adapter", "FallbackSeen", "Rejection"]
+
+
+@dataclass
+class FallbackSeen:
+    """What an adapter's fallback signal saw during one call (filled in on exit)."""
+
+    state: FallbackState = FallbackState.unknown
+    ops: list[str] = field(default_factory=list)
+    source: str | None = None
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """How an exception from a device call is classified."""
+
+    outcome: str  # "rejected", "oom", "error"
+    reason: str = ""
+
+
+#: message fragments that mean "this backend does not implement that": a clean rejection
+_REJECT_FRAGMENTS = (
+    "could not run",
+    "not implemented for",
+    "not supported",
+    "does not support",
+    "unsupported",
+    "is not implemented",
+    "no kernel",
+    "not available for",
+)
+
+
+class Adapter:
+    """Base adapter: generic behaviour for a backend reachable as ``torch.device(device_type)``."""
+
+    #: opmatrix's name for the backend (``--backend NAME``)
+    name: str = "generic"
+    device_type: str = "cpu"
+    dispatch_key: str = "CPU"
+    #: whether the adapter has verified behaviour on real hardware (shown in docs / doctor)
+    verified: bool = True
+
+    def __init__(self, generation: str | None = None, device_index: int = 0):
+        self.generation = generation
+        self.device_index = device_index
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        """Import and initialise the backend in this process (called in each worker)."""
+
+    def available(self) -> tuple[bool, str]:
+        """Whether the backend can be used here, and why not."""
+        return True, ""
+
+    def device(self, index: int | None = None) -> Any:
+        """The ``torch.device`` probes run on."""
+        import torch
+
+        idx = self.device_index if index is None else index
+        if self.device_type in ("cpu", "meta"):
+            return torch.device(self.device_type)
+        return torch.device(self.device_type, idx)
+
+    def select_device(self, index: int) -> None:
+        """Make ``index`` the device this process probes (``--devices``)."""
+        self.device_index = index
+
+    def synchronize(self) -> None:
+        """Wait for queued device work (errors may surface here)."""
+        import torch
+
+        mod = getattr(torch, self.device_type, None)
+        sync = getattr(mod, "synchronize", None)
+        if callable(sync):
+            sync()
+
+    # -- identity ----------------------------------------------------------------------------
+
+    def identity(self) -> BackendId:
+        """The backend identity recorded in the matrix."""
+        return BackendId(
+            name=self.name, device_type=self.device_type, dispatch_key=self.dispatch_key, generation=self.generation
+        )
+
+    def versions(self) -> dict[str, str | None]:
+        """driver / firmware / isa / stepping / backend_version where known."""
+        return {"driver": None, "firmware": None, "isa": None, "stepping": None, "backend_version": None}
+
+    def devices(self) -> list[DeviceInfo]:
+        """Devices as the runtime identifies them."""
+        return [DeviceInfo(index=0, name=platform.processor() or platform.machine(), uuid=None)]
+
+    def claimed_dtypes(self) -> list[str] | None:
+        """Dtypes the runtime claims to support, or None when it does not say."""
+        return None
+
+    def evidence_key(self) -> str:
+        """What must be unchanged for cached cells to be reused (backend/driver identity)."""
+        v = self.versions()
+        return "|".join(f"{k}={v[k]}" for k in sorted(v)) + f"|gen={self.generation}"
+
+    # -- observation -------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def observe_fallback(self) -> Iterator[FallbackSeen]:
+        """Record host fallback during the block; the base adapter cannot tell (``unknown``)."""
+        yield FallbackSeen()
+
+    def classify_exception(self, exc: BaseException) -> Rejection:
+        """Narrowly decide whether ``exc`` is a clean rejection, an OOM, or an unexpected error."""
+        import torch
+
+        if isinstance(exc, torch.OutOfMemoryError):
+            return Rejection("oom", "device memory exhausted")
+        text = str(exc).lower()
+        if "internal assert" in text:
+            return Rejection("error", "internal assert")
+        if isinstance(exc, NotImplementedError):
+            return Rejection("rejected", "not implemented")
+        if isinstance(exc, RuntimeError) and any(f in text for f in _REJECT_FRAGMENTS):
+            return Rejection("rejected", "reported as unsupported")
+        return Rejection("error", type(exc).__name__)
+
+    def health_check(self) -> str | None:
+        """None when the device still works; otherwise what failed (the context is poisoned)."""
+        import torch
+
+        try:
+            x = torch.arange(8, dtype=torch.float32, device=self.device())
+            y = (x * 2).sum()
+            self.synchronize()
+            if y.item() != 56.0:
+                return f"health check computed {y.item()} instead of 56.0"
+        except Exception as exc:  # noqa: BLE001 - any failure here means the device is unusable
+            return f"{type(exc).__name__}: {str(exc)[:300]}"
+        return None
+
+    def compile_backend(self) -> Any:
+        """The ``torch.compile`` backend that runs graphs on this device (None: cannot compile)."""
+        return "inductor"
+
+    def host_fallback_counter_names(self) -> list[str]:
+        """Names of fallback counters the adapter reads (for the docs)."""
+        return []

@@ -1,0 +1,212 @@
+"""Built-in adapters for PyTorch's own device types: cpu, meta, cuda, mps, xpu, PrivateUse1.
+
+``cpu`` is the reference itself (every call native, no fallback possible). ``meta`` computes
+shapes only, so its numerics are not comparable. ``cuda`` was written against the documented
+API; ``mps`` and ``xpu`` likewise, and are marked unverified until run on their hardware.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+from opmatrix.schema import DeviceInfo, FallbackState
+
+from .base import Adapter, FallbackSeen
+
+__all__ = ["CpuAdapter", "CudaAdapter", "MetaAdapter", "MpsAdapter", "PrivateUse1Adapter", "XpuAdapter"]
+
+
+class CpuAdapter(Adapter):
+    """The host itself: kernels are native by definition and nothing can fall back."""
+
+    name = "cpu"
+    device_type = "cpu"
+    dispatch_key = "CPU"
+
+    @contextlib.contextmanager
+    def observe_fallback(self) -> Iterator[FallbackSeen]:
+        yield FallbackSeen(FallbackState.not_observed, [], "cpu is the host")
+
+    def devices(self) -> list[DeviceInfo]:
+        import platform
+
+        import torch
+
+        return [
+            DeviceInfo(
+                index=0,
+                name=platform.processor() or platform.machine(),
+                properties={"threads": torch.get_num_threads(), "capability": torch.backends.cpu.get_cpu_capability()},
+            )
+        ]
+
+    def versions(self) -> dict[str, str | None]:
+        import torch
+
+        return {
+            "driver": None,
+            "firmware": None,
+            "isa": torch.backends.cpu.get_cpu_capability(),
+            "stepping": None,
+            "backend_version": torch.__version__,
+        }
+
+    def compile_backend(self) -> Any:
+        # inductor needs a C++ toolchain and minutes of warm-up per graph on 2 cores; aot_eager
+        # exercises capture and decomposition, which is what the compile path classification needs
+        return "aot_eager"
+
+
+class MetaAdapter(Adapter):
+    """Shape-only tensors: paths are observable, values are not (numerics are not compared)."""
+
+    name = "meta"
+    device_type = "meta"
+    dispatch_key = "Meta"
+
+    @contextlib.contextmanager
+    def observe_fallback(self) -> Iterator[FallbackSeen]:
+        yield FallbackSeen(FallbackState.not_observed, [], "meta has no host fallback")
+
+    def health_check(self) -> str | None:
+        import torch
+
+        try:
+            y = torch.ones(3, device="meta") * 2
+            return None if y.shape == (3,) else "meta tensor lost its shape"
+        except Exception as exc:  # noqa: BLE001
+            return f"{type(exc).__name__}: {exc}"
+
+    def compile_backend(self) -> Any:
+        return None
+
+
+class CudaAdapter(Adapter):
+    """NVIDIA (and ROCm through the same API) devices."""
+
+    name = "cuda"
+    device_type = "cuda"
+    dispatch_key = "CUDA"
+
+    def available(self) -> tuple[bool, str]:
+        import torch
+
+        if not torch.backends.cuda.is_built():
+            return False, "this torch build has no CUDA support (a CPU wheel); install a CUDA build of torch"
+        try:
+            count = torch.cuda.device_count()
+        except RuntimeError as exc:
+            return False, f"CUDA runtime error: {exc}"
+        if count == 0:
+            return False, "no CUDA device visible (check the driver with nvidia-smi and CUDA_VISIBLE_DEVICES)"
+        return True, ""
+
+    def setup(self) -> None:
+        import torch
+
+        ok, why = self.available()
+        if not ok:
+            raise RuntimeError(why)
+        torch.cuda.set_device(self.device_index)
+
+    def versions(self) -> dict[str, str | None]:
+        import torch
+
+        driver = None
+        with contextlib.suppress(Exception):
+            driver = str(torch._C._cuda_getDriverVersion())
+        cap = None
+        with contextlib.suppress(Exception):
+            cap = "sm_%d%d" % torch.cuda.get_device_capability(self.device_index)
+        return {
+            "driver": driver,
+            "firmware": None,
+            "isa": cap,
+            "stepping": None,
+            "backend_version": torch.version.cuda or torch.version.hip,
+        }
+
+    def devices(self) -> list[DeviceInfo]:
+        import torch
+
+        out = []
+        for i in range(torch.cuda.device_count()):
+            p = torch.cuda.get_device_properties(i)
+            out.append(
+                DeviceInfo(
+                    index=i,
+                    name=p.name,
+                    uuid=str(getattr(p, "uuid", "")) or None,
+                    properties={"memory_bytes": int(p.total_memory), "capability": f"{p.major}.{p.minor}"},
+                )
+            )
+        return out
+
+
+class MpsAdapter(Adapter):
+    """Apple GPUs; fallback evidence from the MPS CPU-fallback warning (unverified here)."""
+
+    name = "mps"
+    device_type = "mps"
+    dispatch_key = "MPS"
+    verified = False
+
+    def device(self, index: int | None = None) -> Any:
+        import torch
+
+        return torch.device("mps")
+
+    @contextlib.contextmanager
+    def observe_fallback(self) -> Iterator[FallbackSeen]:
+        # with PYTORCH_ENABLE_MPS_FALLBACK=1, PyTorch warns "The operator 'aten::x' is not
+        # currently supported on the MPS backend and will fall back to run on the CPU"
+        seen = FallbackSeen(FallbackState.not_observed, [], "MPS fallback warning")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield seen
+        for w in caught:
+            text = str(w.message)
+            if "fall back to run on the CPU" in text:
+                seen.state = FallbackState.observed
+                op = text.split("'")[1] if "'" in text else text
+                seen.ops.append(op)
+
+
+class XpuAdapter(Adapter):
+    """Intel GPUs through torch.xpu (unverified here)."""
+
+    name = "xpu"
+    device_type = "xpu"
+    dispatch_key = "XPU"
+    verified = False
+
+
+class PrivateUse1Adapter(Adapter):
+    """Any backend that registers the PrivateUse1 key on import (``privateuse1:package.module``).
+
+    Only generic signals: registrations for the PrivateUse1 key, the observed call tree, and
+    host copies inside a call. The device type is whatever name the module registered.
+    """
+
+    name = "privateuse1"
+    dispatch_key = "PrivateUse1"
+    verified = False
+
+    def __init__(self, module: str, generation: str | None = None, device_index: int = 0):
+        super().__init__(generation, device_index)
+        self.module = module
+        self.name = f"privateuse1:{module}"
+        self.device_type = "privateuseone"
+
+    def setup(self) -> None:
+        import torch
+
+        importlib.import_module(self.module)
+        self.device_type = torch._C._get_privateuse1_backend_name()
+
+    def compile_backend(self) -> Any:
+        return "aot_eager"
