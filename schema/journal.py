@@ -16,7 +16,7 @@ from pydantic import Field
 
 from .base import Model
 from .enums import DType, Layout, Mode, Outcome
-from .matrix import CellResult, ErrorInfo, RuntimeCheck
+from .matrix import CellResult, ErrorInfo, Evidence, Runtime, RuntimeCheck
 
 __all__ = ["CellRecord", "TaskRecord", "RuntimeRecord", "JournalHeader"]
 
@@ -68,3 +68,7 @@ class JournalHeader(Model):
     command: str = ""
     evidence_key: str = ""
     started: str | None = None
+    device_type: str | None = Field(default=None, description="torch device type (BackendId.device_type)")
+    dispatch_key: str | None = Field(default=None, description="dispatcher key (BackendId.dispatch_key)")
+    evidence: Evidence | None = Field(default=None, description="the run's evidence block, for opmatrix merge")
+    runtime: Runtime | None = Field(default=None, description="devices and claimed capabilities, for opmatrix merge")
