@@ -51,6 +51,11 @@ class OperatorRequirement(Model):
     compile: bool = False
     fallback: FallbackPolicy | None = Field(default=None, description="overrides the contract's policy")
     min_pass_ratio: float = Field(default=1.0, ge=0, le=1, description="samples passed / probed")
+    conditions: dict[str, str] = Field(
+        default_factory=dict,
+        description="judge only the conditional groups compatible with these argument features, e.g. "
+        "dim: last (default: every group, so the worst one decides)",
+    )
     name: str | None = None
 
 

@@ -1,0 +1,56 @@
+"""``opmatrix gate``: load the artifacts, evaluate, print the verdict, write the outputs.
+
+    opmatrix gate --matrix out/refaccel-g2/matrix.yaml --contract ci/contracts/refaccel-g2.yaml \\
+        [--baseline previous/matrix.yaml] [--junit junit.xml] [--summary summary.md] [--json [F]] \\
+        [--today 2026-12-01]
+
+Exit 0: the release may ship; 1: blocked; 2: invalid input. Invalid artifacts raise
+:class:`~opmatrix.schema.ArtifactError` (file:line: path: message), which the CLI prints before
+exiting 2. Output files are written atomically.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+
+from opmatrix.schema import ArtifactError, load_contract, load_matrix, write_text_atomic
+
+from .evaluate import evaluate_contract
+from .junit import render_junit
+from .summary import render_markdown, render_verdict
+
+__all__ = ["gate", "parse_today"]
+
+
+def parse_today(text: str | None) -> dt.date | None:
+    """``--today YYYY-MM-DD`` as a date (None when absent)."""
+    if text is None:
+        return None
+    try:
+        return dt.date.fromisoformat(text)
+    except ValueError:
+        raise ArtifactError([f"--today: {text!r} is not a date; expected YYYY-MM-DD"]) from None
+
+
+def gate(args: argparse.Namespace) -> int:
+    """Run the gate for parsed CLI arguments; 0 pass, 1 blocked (2 comes from ArtifactError)."""
+    today = parse_today(args.today)
+    contract = load_contract(args.contract)
+    matrix = load_matrix(args.matrix)
+    baseline = load_matrix(args.baseline) if args.baseline else None
+    result = evaluate_contract(matrix, contract, baseline=baseline, today=today)
+
+    json_text = result.model_dump_json(indent=2) + "\n"
+    if args.junit:
+        write_text_atomic(args.junit, render_junit(result))
+    if args.summary:
+        write_text_atomic(args.summary, render_markdown(result))
+    if args.json == "-":
+        sys.stdout.write(json_text)
+    else:
+        if args.json:
+            write_text_atomic(args.json, json_text)
+        sys.stdout.write(render_verdict(result))
+    return 0 if result.passed else 1
