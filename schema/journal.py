@@ -56,6 +56,9 @@ class RuntimeRecord(Model):
     task: str
     check: RuntimeCheck
     evidence_key: str = ""
+    runtime: Runtime | None = Field(
+        default=None, description="devices, claimed dtypes, capabilities or API coverage this check found"
+    )
 
 
 class JournalHeader(Model):
