@@ -72,6 +72,8 @@ def _unknown(rid: str, level: int, kind: str, title: str, blocking: bool, messag
 
 
 def _slug(text: str) -> str:
+    if text == "*":
+        return "all"
     return "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in text).strip("_") or "unnamed"
 
 
