@@ -1,0 +1,170 @@
+"""Answers to capability queries: the path a cell takes, with the entry that says so.
+
+An :class:`Answer` is precomputed once per probed cell and shared by every query for it, so it
+is immutable. When a cell splits into condition groups (``softmax`` is native for ``dim: last``,
+composite for ``dim: first``), the answer without argument values is the *worst* group and lists
+the better ones as ``alternatives``; :meth:`Answer.given` narrows it with argument values::
+
+    >>> a = m.query("aten.softmax.int", dtype="float32", rank=3)          # doctest: +SKIP
+    >>> a.path, [e.conditions for e in a.alternatives]                   # doctest: +SKIP
+    (ExecPath.composite, [{'dim': 'last'}])
+    >>> a.given({"dim": -1}, rank=3).path                                # doctest: +SKIP
+    ExecPath.native
+
+A cell that was never probed answers ``path == "unknown"`` and ``known == False``: never a guess.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from opmatrix.schema import Entry, Evidence, ExecPath, Outcome, describe, matches, model_to_data
+
+__all__ = ["UNKNOWN", "Answer", "decide", "severity", "unknown"]
+
+#: the path of a cell that was not probed
+UNKNOWN: Literal["unknown"] = "unknown"
+
+
+def severity(entry: Entry) -> tuple[int, int]:
+    """How bad a result is: outcome first (``wrong`` outranks any path), then the path."""
+    return (entry.outcome.rank, entry.path.rank)
+
+
+def _worst_first(entry: Entry) -> tuple[object, ...]:
+    # worst first; on a tie the unconditional group, then conditions by name (deterministic)
+    return (-entry.outcome.rank, -entry.path.rank, len(entry.conditions), sorted(entry.conditions.items()))
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """How one cell runs: ``path`` (or ``"unknown"``), ``outcome``, the deciding ``entry``."""
+
+    path: ExecPath | Literal["unknown"]
+    outcome: Outcome | None
+    entry: Entry | None
+    evidence: Evidence | None
+    #: condition groups of the same cell with a better result than this answer's
+    alternatives: tuple[Entry, ...] = ()
+    known: bool = True
+    #: why the answer is unknown, or how it was chosen among condition groups
+    reason: str = ""
+    #: every condition group that covers the cell (what :meth:`given` chooses from)
+    options: tuple[Entry, ...] = field(default=(), repr=False)
+
+    @property
+    def conditions(self) -> dict[str, str]:
+        """Argument conditions of the deciding entry (empty: holds for any arguments)."""
+        return dict(self.entry.conditions) if self.entry is not None else {}
+
+    @property
+    def supported(self) -> bool:
+        """Runs on the device and matched the reference (native, composite or decomposed, ok)."""
+        return (
+            self.known
+            and self.outcome is Outcome.ok
+            and isinstance(self.path, ExecPath)
+            and self.path <= ExecPath.decomposed
+        )
+
+    def at_most(self, worst_path: ExecPath) -> bool:
+        """Known, outcome ok, and a path no worse than ``worst_path``."""
+        return (
+            self.known and self.outcome is Outcome.ok and isinstance(self.path, ExecPath) and self.path <= worst_path
+        )
+
+    def given(self, args: Mapping[str, Any], rank: int | None) -> Answer:
+        """This cell's answer for the argument values ``args`` (by schema name, e.g. ``dim``)."""
+        if not args or len(self.options) < 2 and not any(e.conditions for e in self.options):
+            return self
+        verdicts = [(e, matches(e.conditions, args, rank)) for e in self.options]
+        hits = [e for e, ok in verdicts if ok is True]
+        if hits:
+            return decide(hits, self.evidence, all_options=self.options, how="matched the arguments")
+        open_ = [e for e, ok in verdicts if ok is None]
+        if open_:
+            return decide(open_, self.evidence, all_options=self.options, how="arguments did not decide")
+        probed = "; ".join(describe(e.conditions) for e in self.options)
+        return unknown(f"no probed argument condition matches {dict(args)} (probed: {probed})", self.evidence)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON data (the ``opmatrix query --json`` object, without the cell key)."""
+        entry = self.entry
+        out: dict[str, Any] = {
+            "path": str(self.path),
+            "outcome": None if self.outcome is None else self.outcome.value,
+            "known": self.known,
+            "conditions": self.conditions,
+        }
+        if entry is not None:
+            out["mixed"] = entry.mixed
+            out["flaky"] = entry.flaky
+            out["samples"] = {
+                "probed": entry.samples.probed,
+                "passed": entry.samples.passed,
+                "by_path": {k.value: v for k, v in entry.samples.by_path.items()},
+            }
+            out["entry"] = model_to_data(entry)
+        out["alternatives"] = [
+            {"conditions": dict(e.conditions), "path": e.path.value, "outcome": e.outcome.value}
+            for e in self.alternatives
+        ]
+        if self.reason:
+            out["reason"] = self.reason
+        return out
+
+    def summary(self) -> str:
+        """One line for people, e.g. ``composite (ok), 12/12 samples; better when dim=last: native``."""
+        if not self.known:
+            return f"unknown: {self.reason}"
+        assert self.entry is not None and self.outcome is not None
+        text = f"{self.path} ({self.outcome.value})"
+        if self.entry.conditions:
+            text += f" when {describe(self.entry.conditions)}"
+        s = self.entry.samples
+        text += f", {s.passed}/{s.probed} samples passed"
+        if s.by_path:
+            text += " (" + ", ".join(f"{k.value} {v}" for k, v in s.by_path.items()) + ")"
+        if self.entry.components:
+            text += f", runs as {', '.join(self.entry.components)}"
+        if self.entry.fallback.ops:
+            text += f", host fallback: {', '.join(self.entry.fallback.ops)}"
+        for alt in self.alternatives:
+            text += f"; {alt.path.value} ({alt.outcome.value}) when {describe(alt.conditions)}"
+        return text
+
+
+def unknown(reason: str, evidence: Evidence | None) -> Answer:
+    """The answer for a cell that was not probed."""
+    return Answer(path=UNKNOWN, outcome=None, entry=None, evidence=evidence, known=False, reason=reason)
+
+
+def decide(
+    entries: Sequence[Entry],
+    evidence: Evidence | None,
+    *,
+    all_options: Sequence[Entry] | None = None,
+    how: str = "",
+) -> Answer:
+    """The answer among condition groups ``entries``: the worst, listing the better ones."""
+    ranked = sorted(entries, key=_worst_first)
+    worst = ranked[0]
+    options = tuple(sorted(all_options if all_options is not None else entries, key=_worst_first))
+    better = tuple(
+        sorted((e for e in options if severity(e) < severity(worst)), key=lambda e: (severity(e), _worst_first(e)))
+    )
+    reason = ""
+    if len(options) > 1:
+        reason = f"worst of {len(entries)} condition group(s)"
+        reason += f" ({how})" if how else "; pass argument values to narrow"
+    return Answer(
+        path=worst.path,
+        outcome=worst.outcome,
+        entry=worst,
+        evidence=evidence,
+        alternatives=better,
+        reason=reason,
+        options=options,
+    )

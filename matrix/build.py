@@ -1,0 +1,109 @@
+"""Build a matrix from journal records: roll-up of repeated cells, then compression into entries.
+
+::
+
+    records = read_journal("out/refaccel-g2/journal.jsonl")
+    model = build_matrix(records, backend=adapter.identity(), evidence=evidence, runtime=None)
+    dump_model(model, "out/refaccel-g2/matrix.yaml", command="opmatrix probe ...")
+
+The result depends on the *set* of records, never on their order: shard journals merged in any
+order give the matrix of one unsharded run. Nothing is silently absent: a task that was skipped,
+or that yielded no cell (e.g. it crashed before naming one), is listed in ``Matrix.skipped`` with
+its reason.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+
+from opmatrix.schema import (
+    BackendId,
+    CellResult,
+    Evidence,
+    JournalHeader,
+    Matrix,
+    Mode,
+    Runtime,
+    RuntimeCheck,
+    RuntimeRecord,
+    TaskRecord,
+)
+
+from .compress import CellKey, compress_cells
+from .journal import Record, read_journal
+from .rollup import rollup
+
+__all__ = ["build_matrix", "collect_cells", "read_journal", "skip_reason"]
+
+FullKey = tuple[str, Mode, CellKey, tuple[tuple[str, str], ...]]
+
+
+def skip_reason(task: TaskRecord) -> str | None:
+    """Why a task contributes no cell (``None`` when it has cells and was not skipped)."""
+    if task.skipped:
+        return task.skipped
+    if task.cells:
+        return None
+    if task.error is not None:
+        return f"{task.outcome.value}: {task.error.type}: {task.error.message}"
+    if task.outcome.value != "ok":
+        return f"{task.outcome.value}: the task yielded no cell"
+    return "the task yielded no cell"
+
+
+def collect_cells(tasks: Iterable[TaskRecord]) -> dict[FullKey, CellResult]:
+    """One rolled-up result per cell key (op, mode, (dtype, rank, layout), conditions)."""
+    found: dict[FullKey, list[CellResult]] = defaultdict(list)
+    for task in tasks:
+        for cell in task.cells:
+            conditions = tuple(sorted(cell.result.conditions.items()))
+            found[cell.op, cell.mode, (cell.dtype, cell.rank, cell.layout), conditions].append(cell.result)
+    return {key: rollup(results) for key, results in found.items()}
+
+
+def _runtime(given: Runtime | None, records: Iterable[RuntimeRecord]) -> Runtime:
+    checks: dict[str, RuntimeCheck] = {c.name: c for c in (given.checks if given else [])}
+    for record in records:
+        checks.setdefault(record.check.name, record.check)
+    ordered = sorted(checks.values(), key=lambda c: (c.level, c.name))
+    base = given or Runtime()
+    return base.model_copy(update={"checks": ordered})
+
+
+def build_matrix(
+    records: Iterable[Record],
+    *,
+    backend: BackendId,
+    evidence: Evidence,
+    runtime: Runtime | None = None,
+) -> Matrix:
+    """The schema :class:`~opmatrix.schema.Matrix` for ``records`` (headers are ignored here).
+
+    Runtime checks come from ``runtime`` when given, completed by the journal's runtime records.
+    Task ids must be unique (:func:`read_journal` and ``merge_records`` make them so); a
+    duplicate raises ``ValueError`` because keeping one of them would depend on record order.
+    """
+    tasks: dict[str, TaskRecord] = {}
+    runtime_records: list[RuntimeRecord] = []
+    for record in records:
+        if isinstance(record, TaskRecord):
+            if record.task in tasks:
+                raise ValueError(
+                    f"task {record.task!r} appears twice; read journals with read_journal()/merge_records(), "
+                    "which keep one record per task"
+                )
+            tasks[record.task] = record
+        elif isinstance(record, RuntimeRecord):
+            runtime_records.append(record)
+        elif not isinstance(record, JournalHeader):
+            raise TypeError(f"not a journal record: {type(record).__name__}")
+    skipped = {task_id: reason for task_id, task in tasks.items() if (reason := skip_reason(task)) is not None}
+    cells = collect_cells(tasks.values())
+    return Matrix(
+        backend=backend,
+        evidence=evidence,
+        runtime=_runtime(runtime, sorted(runtime_records, key=lambda r: r.task)),
+        operators=compress_cells(cells),
+        skipped=dict(sorted(skipped.items())),
+    )

@@ -1,0 +1,267 @@
+"""The query API: ``Matrix.load(path).query(op, dtype=..., rank=..., layout=...) -> Answer``.
+
+Loading builds a dict index from every probed cell key ``(op, dtype, rank, layout, mode)`` to
+its precomputed :class:`~opmatrix.matrix.answer.Answer`, so a query is a couple of dict
+lookups::
+
+    >>> m = Matrix.load("out/refaccel-g2/matrix.yaml")                        # doctest: +SKIP
+    >>> m.query("aten.softmax.int", dtype="float32", rank=3, args={"dim": -1}).path  # doctest: +SKIP
+    ExecPath.native
+
+Operators may be given as ``torch.ops.aten.softmax.int`` (an ``OpOverload``), ``"aten::softmax.int"``
+or ``"aten.softmax.int"``; the ``.default`` overload may be left out (``aten.mm``). Dtypes as
+``"bfloat16"``, ``DType.bfloat16`` or ``torch.bfloat16``. A name that is no operator at all raises
+:class:`UnknownOperatorError` (a ``KeyError``) with the closest names; a real operator or a cell
+that was not probed answers ``unknown``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from opmatrix.schema import DType, Entry, Layout, Mode, load_matrix
+from opmatrix.schema import Matrix as MatrixModel
+
+from .answer import Answer, decide, unknown
+
+__all__ = ["Matrix", "UnknownOperatorError", "canonical_op_name", "parse_dtype", "parse_layout", "parse_mode"]
+
+CellIndexKey = tuple[str, str, int, str, str]
+
+_DTYPES = frozenset(d.value for d in DType)
+_LAYOUTS = frozenset(x.value for x in Layout)
+_MODES = frozenset(x.value for x in Mode)
+
+
+class UnknownOperatorError(KeyError):
+    """An operator name that is neither in the matrix nor a PyTorch operator."""
+
+    def __init__(self, name: str, suggestions: list[str]):
+        self.name = name
+        self.suggestions = suggestions
+        hint = f"; did you mean {' or '.join(suggestions)}?" if suggestions else ""
+        super().__init__(f"unknown operator {name!r}{hint} (give an ATen overload such as aten.softmax.int)")
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def _close(word: str, choices: frozenset[str] | list[str], what: str) -> str:
+    close = difflib.get_close_matches(word, sorted(choices), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"unknown {what} {word!r}{hint} (one of {', '.join(sorted(choices))})"
+
+
+def parse_dtype(value: object) -> str:
+    """``"float32"``, ``DType.float32`` or ``torch.float32`` -> ``"float32"``; ``ValueError`` otherwise."""
+    text = str(value.value if isinstance(value, DType) else value).removeprefix("torch.")
+    if text not in _DTYPES:
+        raise ValueError(_close(text, _DTYPES, "dtype"))
+    return text
+
+
+def parse_layout(value: object) -> str:
+    """A layout name (or :class:`Layout`) -> its value; ``ValueError`` otherwise."""
+    text = str(value.value if isinstance(value, Layout) else value)
+    if text not in _LAYOUTS:
+        raise ValueError(_close(text, _LAYOUTS, "layout"))
+    return text
+
+
+def parse_mode(value: object) -> str:
+    """``"eager"`` / ``"compile"`` (or :class:`Mode`) -> its value; ``ValueError`` otherwise."""
+    text = str(value.value if isinstance(value, Mode) else value)
+    if text not in _MODES:
+        raise ValueError(_close(text, _MODES, "mode"))
+    return text
+
+
+def canonical_op_name(op: object) -> str:
+    """``OpOverload`` / ``"aten::softmax.int"`` / ``"aten.softmax.int"`` -> ``"aten.softmax.int"``."""
+    return str(op).strip().replace("::", ".")
+
+
+def _is_torch_op(name: str) -> bool:
+    """Whether ``name`` (``ns.op.overload``) names a registered PyTorch operator overload."""
+    parts = name.split(".")
+    if len(parts) != 3:
+        return False
+    import torch
+
+    try:
+        packet = getattr(getattr(torch.ops, parts[0]), parts[1])
+        return parts[2] in packet.overloads()
+    except (AttributeError, RuntimeError):
+        return False
+
+
+class Matrix:
+    """A support matrix with its query index; ``.model`` is the schema object (the YAML artifact)."""
+
+    __slots__ = ("model", "_cells", "_names", "_op_set")
+
+    def __init__(self, model: MatrixModel):
+        self.model = model
+        self._op_set = frozenset(model.operators)
+        self._names: dict[object, str] = {name: name for name in model.operators}
+        self._cells: dict[CellIndexKey, Answer] = _index(model)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Matrix:
+        """Load (strictly validated) and index a matrix file."""
+        return cls(load_matrix(path))
+
+    # -- the schema object's parts ---------------------------------------------------------
+
+    @property
+    def operators(self) -> dict[str, list[Entry]]:
+        """Operator name -> entries."""
+        return self.model.operators
+
+    def __contains__(self, op: object) -> bool:
+        try:
+            return self.resolve(op) in self._op_set
+        except UnknownOperatorError:
+            return False
+
+    def __len__(self) -> int:
+        return len(self._cells)
+
+    def __repr__(self) -> str:
+        b = self.model.backend
+        gen = f" {b.generation}" if b.generation else ""
+        return f"<Matrix {b.name}{gen}: {len(self._op_set)} operators, {len(self._cells)} cells>"
+
+    def cells(self) -> Iterator[tuple[CellIndexKey, Answer]]:
+        """Every probed cell key ``(op, dtype, rank, layout, mode)`` with its answer, sorted."""
+        for key in sorted(self._cells):
+            yield key, self._cells[key]
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def resolve(self, op: object) -> str:
+        """The matrix's name for ``op``; raises :class:`UnknownOperatorError` for a non-operator."""
+        name = self._names.get(op)
+        if name is not None:
+            return name
+        text = canonical_op_name(op)
+        if text in self._op_set:
+            name = text
+        elif f"{text}.default" in self._op_set:
+            name = f"{text}.default"
+        elif _is_torch_op(text):
+            name = text  # a real operator that this matrix did not probe
+        elif text.count(".") == 1 and _is_torch_op(f"{text}.default"):
+            name = f"{text}.default"
+        else:
+            prefixed = [n for n in self._op_set if n.startswith(text + ".")]
+            suggestions = sorted(prefixed)[:3] or difflib.get_close_matches(text, sorted(self._op_set), n=3)
+            raise UnknownOperatorError(text, suggestions)
+        if len(self._names) < 100_000:  # bounded: arbitrary objects must not grow it forever
+            self._names[op] = name
+        return name
+
+    def query(
+        self,
+        op: object,
+        dtype: object,
+        rank: int,
+        layout: object = "contiguous",
+        mode: object = "eager",
+        args: Mapping[str, Any] | None = None,
+    ) -> Answer:
+        """How ``op`` runs for one cell; ``args`` (by schema name) narrow conditional entries."""
+        name = self._names.get(op)
+        if name is not None:
+            answer = self._cells.get((name, dtype, rank, layout, mode))  # type: ignore[arg-type]
+            if answer is not None:
+                return answer if args is None else answer.given(args, rank)
+        return self._query_slow(op, dtype, rank, layout, mode, args)
+
+    def _query_slow(
+        self, op: object, dtype: object, rank: int, layout: object, mode: object, args: Mapping[str, Any] | None
+    ) -> Answer:
+        name = self.resolve(op)
+        key = (name, parse_dtype(dtype), int(rank), parse_layout(layout), parse_mode(mode))
+        if key[2] < 0:
+            raise ValueError(f"rank must be >= 0, got {rank}")
+        answer = self._cells.get(key)
+        if answer is not None:
+            return answer if args is None else answer.given(args, key[2])
+        return unknown(self._why_unknown(key), self.model.evidence)
+
+    def _why_unknown(self, key: CellIndexKey) -> str:
+        name, dtype, rank, layout, mode = key
+        if name not in self._op_set:
+            return f"{name} was not probed on this backend"
+        probed = [k for k in self._cells if k[0] == name and k[4] == mode]
+        if not probed:
+            return f"{name} was not probed in {mode} mode"
+        for pos, what, value in ((1, "dtype", dtype), (3, "layout", layout)):
+            if not any(k[pos] == value for k in probed):
+                seen = sorted({str(k[pos]) for k in probed})
+                return f"{name} was not probed with {what} {value} (probed: {', '.join(seen)})"
+        ranks = sorted({k[2] for k in probed if k[1] == dtype and k[3] == layout})
+        return f"{name} {dtype} {layout} was not probed at rank {rank} (probed ranks: {ranks})"
+
+    # -- other views (imported lazily: torch.fx and pandas are heavy) --------------------------
+
+    def operator_support(self, worst_path: object = "composite", mode: object = "eager") -> Any:
+        """A ``torch.fx`` ``OperatorSupportBase`` accepting nodes whose cell is at most ``worst_path``."""
+        from .fx import MatrixOperatorSupport
+
+        return MatrixOperatorSupport(self, worst_path=worst_path, mode=mode)
+
+    def to_frame(self) -> Any:
+        """A pandas DataFrame, one row per probed cell (see :mod:`opmatrix.matrix.frame`)."""
+        from .frame import to_frame
+
+        return to_frame(self.model)
+
+    def coverage(self) -> Any:
+        """Path counts per dtype and the op x dtype pivot of worst paths."""
+        from .frame import coverage
+
+        return coverage(self.model)
+
+    def diff(self, other: Matrix | MatrixModel) -> Any:
+        """Cells better / worse / new / removed from ``self`` to ``other``."""
+        from .diff import diff_matrices
+
+        return diff_matrices(self.model, other.model if isinstance(other, Matrix) else other)
+
+
+def _index(model: MatrixModel) -> dict[CellIndexKey, Answer]:
+    """Cell key -> precomputed answer; cells covered by several condition groups share one."""
+    groups: dict[CellIndexKey, Entry | list[Entry]] = {}
+    for op, entries in model.operators.items():
+        for entry in entries:
+            mode = entry.mode.value
+            layouts = [x.value for x in entry.layouts]
+            ranks = entry.ranks.ranks()
+            for dtype in entry.dtypes:
+                d = dtype.value
+                for rank in ranks:
+                    for layout in layouts:
+                        key = (op, d, rank, layout, mode)
+                        held = groups.get(key)
+                        if held is None:
+                            groups[key] = entry
+                        elif isinstance(held, list):
+                            held.append(entry)
+                        else:
+                            groups[key] = [held, entry]
+    evidence = model.evidence
+    shared: dict[tuple[int, ...], Answer] = {}
+    out: dict[CellIndexKey, Answer] = {}
+    for key, held in groups.items():
+        members = held if isinstance(held, list) else [held]
+        sig = tuple(map(id, members))
+        answer = shared.get(sig)
+        if answer is None:
+            answer = shared[sig] = decide(members, evidence)
+        out[key] = answer
+    return out
