@@ -1,0 +1,127 @@
+"""Worker handles on the parent side: spawn, message, kill, and read a dead worker's last words.
+
+Each worker slot ``i`` logs to ``DIR/workers/w<i>.log`` (appended across replacements); the
+parent remembers where the current incarnation started so a crash message holds only its tail.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+from typing import Any
+
+from .worker import WorkerSpec, worker_main
+
+__all__ = ["WorkerHandle", "exit_fault", "last_words", "spawn_worker"]
+
+_CTX = mp.get_context("spawn")  # never fork: a forked child inherits an initialised device
+# not daemonic: a worker may start helpers of its own (compile pools); run() stops every worker itself
+
+
+@dataclass
+class WorkerHandle:
+    """One live worker process and what it is doing."""
+
+    slot: int
+    process: BaseProcess
+    conn: Connection
+    log: Path
+    log_offset: int
+    started: float = field(default_factory=time.monotonic)
+    ready: bool = False
+    job: Any = None  # the runner's _Job being run
+    unit: str | None = None
+    deadline: float = float("inf")
+    gone: bool = False  # told to exit (poisoned / fault message) or found dead
+
+    def send(self, msg: tuple[Any, ...]) -> bool:
+        """Send a message; False when the worker's end is already closed."""
+        try:
+            self.conn.send(msg)
+        except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
+            return False
+        return True
+
+    def kill(self) -> None:
+        """SIGKILL the worker and its process group (helpers it started die with it)."""
+        pid = self.process.pid
+        if pid is not None and self.process.is_alive():
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                self.process.kill()  # not yet its own group leader
+        self.process.join(5)
+        self.conn.close()
+
+    def stop(self, grace: float = 2.0) -> None:
+        """Ask an idle worker to exit; kill it when it does not within ``grace`` seconds."""
+        if self.send(("stop",)):
+            self.process.join(grace)
+        if self.process.is_alive():
+            self.kill()
+        else:
+            self.conn.close()
+
+    def log_tail(self, limit: int = 1500) -> str:
+        """What this incarnation last wrote to stderr/stdout: its last Python stack if any, else the tail."""
+        try:
+            with self.log.open("rb") as fh:
+                fh.seek(self.log_offset)
+                data = fh.read()
+        except OSError:
+            return ""
+        return last_words(data.decode("utf-8", errors="replace"), limit)
+
+
+def last_words(text: str, limit: int = 1500) -> str:
+    """The part of a worker log that explains its end, innermost frames first.
+
+    faulthandler writes ``Fatal Python error: Segmentation fault`` (or, on the parent's SIGUSR1
+    before a hang kill, a bare stack) most recent call first; keep that block with the few lines
+    before it (a C++ ``terminate called ...`` for instance) and drop the extension module list.
+    """
+    start = text.rfind("Fatal Python error")
+    if start < 0:
+        stack = text.rfind("(most recent call first)")
+        start = text.rfind("\n", 0, stack) + 1 if stack >= 0 else -1
+    if start < 0:
+        return text[-limit:].strip()
+    before = text[:start].rstrip("\n").splitlines()[-5:]
+    block = text[start:].split("\nExtension modules:")[0]
+    return "\n".join([*before, block]).strip()[:limit]
+
+
+def spawn_worker(slot: int, spec: WorkerSpec) -> WorkerHandle:
+    """Start a worker process for ``slot`` with ``spec``."""
+    log = Path(spec.log_path)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    offset = log.stat().st_size if log.exists() else 0
+    parent_end, child_end = _CTX.Pipe(duplex=True)
+    process = _CTX.Process(target=worker_main, args=(slot, child_end, spec), name=f"opmatrix-w{slot}")
+    process.start()
+    child_end.close()
+    return WorkerHandle(slot=slot, process=process, conn=parent_end, log=log, log_offset=offset)
+
+
+def exit_fault(handle: WorkerHandle) -> tuple[str | None, str]:
+    """(signal name or None, message) describing how a worker process ended."""
+    handle.process.join(5)
+    code = handle.process.exitcode
+    tail = handle.log_tail()
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        why = f"worker died by {name}"
+        if name == "SIGKILL":
+            why += " (killed from outside: host out of memory?)"
+        return name, f"{why}; its last output:\n{tail}" if tail else why
+    why = f"worker exited with code {code}"
+    return None, f"{why}; its last output:\n{tail}" if tail else why

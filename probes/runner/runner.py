@@ -1,0 +1,493 @@
+"""The runner: spawned workers, a deadline per unit, a journal that loses nothing, resume, reuse.
+
+    summary = run(tasks, backend="refaccel", generation="g2", out_dir="out/refaccel-g2", timeout=60)
+    summary.exit_code      # 0 done, 1 aborted at the restart cap, 130 interrupted
+
+Each task goes to an idle worker; the worker reports ``progress`` before every unit and the
+record when done. Silence past ``timeout`` seconds means the running unit *hung*; a dead worker
+means it *crashed* (signal and stderr tail recorded); a worker that reports a poisoned device is
+replaced. In every case the task is requeued with that unit marked, so its other units still
+run; after :data:`MAX_TASK_FAULTS` faults the rest of the task is recorded with the last fault
+without running. Each fault costs a worker restart; past ``max_restarts`` the run aborts.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shlex
+import signal
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait
+from pathlib import Path
+from typing import Any
+
+from .journal import Journal, JournalState, load_reusable, open_for_resume, rotate, task_key
+from .pool import WorkerHandle, exit_fault, spawn_worker
+from .progress import Progress
+from .shard import select_shard
+from .task import HANDLERS, Skip, Task, fault_record
+from .worker import WorkerSpec
+
+__all__ = ["MAX_TASK_FAULTS", "RunSummary", "default_max_restarts", "run"]
+
+#: faults one task may cause before its remaining units are recorded with the last fault
+MAX_TASK_FAULTS = 3
+#: consecutive workers that die before becoming ready before the run gives up
+MAX_STARTUP_FAILURES = 3
+
+
+def default_max_restarts(workers: int, tasks: int) -> int:
+    """Worker replacements allowed: ``max(10, 2 * workers) + tasks // 4``.
+
+    A backend where a quarter of the tasks crash once still completes; one where every task
+    crashes (three restarts per task) is stopped after about a twelfth of its tasks.
+    """
+    return max(10, 2 * workers) + tasks // 4
+
+
+@dataclass
+class RunSummary:
+    """What a run did; ``faults``/``paths`` count cells over every record in the journal."""
+
+    planned: int
+    recorded: int = 0
+    probed: int = 0
+    reused: int = 0
+    resumed: int = 0
+    restarts: int = 0
+    faults: dict[str, int] = field(default_factory=dict)
+    paths: dict[str, int] = field(default_factory=dict)
+    aborted: bool = False
+    interrupted: bool = False
+    message: str = ""
+    seconds: float = 0.0
+    journal: Path | None = None
+
+    @property
+    def faulted(self) -> int:
+        """Cells (or cell-less tasks) that ended in a fault."""
+        return sum(self.faults.values())
+
+    @property
+    def exit_code(self) -> int:
+        """130 interrupted, 1 aborted (restart cap / workers cannot start), else 0."""
+        return 130 if self.interrupted else 1 if self.aborted else 0
+
+
+@dataclass
+class _Job:
+    """A planned task with what earlier attempts learned about it."""
+
+    task: Task
+    key: str = ""
+    skip: dict[str, Skip] = field(default_factory=dict)
+    skip_rest: Skip | None = None
+    faults: int = 0
+    attempts: int = 0
+    started: float = 0.0
+
+
+class _Aborted(Exception):
+    """Stop the run: the restart cap is reached or workers cannot start."""
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """Treat SIGTERM like Ctrl-C so a terminated run also leaves a consistent journal."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def _ordered(tasks: Iterable[Task]) -> list[Task]:
+    tasks = sorted(tasks, key=lambda t: (t.order, t.id))
+    seen: set[str] = set()
+    for t in tasks:
+        if t.id in seen:
+            raise ValueError(f"task id {t.id!r} is planned twice; task ids must be unique")
+        seen.add(t.id)
+    return tasks
+
+
+class _Run:
+    """One run's state; :func:`run` is its public face."""
+
+    def __init__(
+        self,
+        tasks: list[Task],
+        out_dir: Path,
+        *,
+        backend: str,
+        generation: str | None,
+        workers: int,
+        timeout: float,
+        resume: bool,
+        devices: list[int] | None,
+        max_restarts: int,
+        options: dict[str, Any],
+        progress: bool,
+        command: str,
+        handlers: dict[str, str],
+        threads: int | None,
+    ):
+        self.out_dir = out_dir
+        self.backend, self.generation = backend, generation
+        self.timeout = timeout
+        self.devices = devices
+        self.options = options
+        self.command = command
+        self.handlers = handlers
+        self.path = out_dir / "journal.jsonl"
+        self.summary = RunSummary(planned=len(tasks), journal=self.path, restarts=0)
+        self.max_restarts = max_restarts
+        self.startup_failures = 0
+        self.run_key: str | None = None
+        self.workers: dict[int, WorkerHandle] = {}
+
+        state = open_for_resume(self.path) if resume else JournalState()
+        if not resume:
+            rotate(self.path)
+        self.resumed_header = state.header
+        self.reusable = load_reusable(out_dir)
+        self.journal = Journal(self.path)
+        self.progress = Progress(len(tasks), enabled=progress)
+        planned_ids = {t.id for t in tasks}
+        for task_id, line in state.records.items():
+            if task_id in planned_ids:
+                self.summary.resumed += 1
+                self.progress.add(json.loads(line), fresh=False)
+        self.pending: deque[_Job] = deque(_Job(t) for t in tasks if t.id not in state.records)
+        self.n_workers = max(1, min(workers, len(self.pending)))
+        self.threads = threads or max(1, (os.cpu_count() or 1) // self.n_workers)
+
+    # -- workers -----------------------------------------------------------------------------
+
+    def _spawn(self, slot: int) -> None:
+        device = self.devices[slot % len(self.devices)] if self.devices else None
+        spec = WorkerSpec(
+            backend=self.backend,
+            generation=self.generation,
+            log_path=str(self.out_dir / "workers" / f"w{slot}.log"),
+            parent_pid=os.getpid(),
+            handlers=self.handlers,
+            device=device,
+            threads=self.threads,
+            options=self.options,
+        )
+        handle = spawn_worker(slot, spec)
+        handle.deadline = time.monotonic() + max(120.0, 4 * self.timeout)  # torch import + backend setup
+        self.workers[slot] = handle
+
+    def _fill(self) -> None:
+        """Start workers up to what the remaining work can use (one first, to learn the key)."""
+        busy = sum(1 for w in self.workers.values() if w.job is not None)
+        target = min(self.n_workers, len(self.pending) + busy)
+        if self.run_key is None and self.reusable:
+            target = min(target, 1)  # a re-run may need no probing at all: learn the key first
+        slot = 0
+        while len(self.workers) < target:
+            while slot in self.workers:
+                slot += 1
+            self._spawn(slot)
+
+    def _lost(self, handle: WorkerHandle, *, fault: bool) -> None:
+        """Forget a worker that is gone; a fault uses up one restart of the cap."""
+        self.workers.pop(handle.slot, None)
+        if handle.process.is_alive():
+            handle.kill()
+        else:
+            handle.process.join(5)
+            handle.conn.close()
+        if fault:
+            if self.summary.restarts >= self.max_restarts:
+                raise _Aborted(
+                    f"stopped after {self.summary.restarts} worker restarts (the cap; --max-restarts): "
+                    f"the backend faults on nearly every probe. Last fault in {self.path.name}'s task "
+                    f"{handle.job.task.id if handle.job else '?'}; worker logs in {self.out_dir / 'workers'}"
+                )
+            self.summary.restarts += 1
+
+    # -- messages ----------------------------------------------------------------------------
+
+    def _on_ready(self, handle: WorkerHandle, identity: dict[str, str]) -> None:
+        handle.ready = True
+        handle.deadline = float("inf")
+        self.startup_failures = 0
+        key = f"torch={identity['torch']}|{identity['adapter']}|ops={self.options.get('op_source_hash', '')}"
+        if self.run_key is not None:
+            if key != self.run_key:
+                self.progress.note(f"warning: worker {handle.slot} reports a different build: {key}")
+            return
+        self.run_key = key
+        if self.resumed_header and self.resumed_header.get("evidence_key") != key:
+            self.progress.note(
+                "warning: resuming a journal started with a different build; each record keeps its own evidence key"
+            )
+        if self.journal.empty:
+            from opmatrix.schema import JournalHeader
+
+            started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+            header = JournalHeader(
+                backend=self.backend,
+                generation=self.generation,
+                planned=self.summary.planned,
+                command=self.command,
+                evidence_key=key,
+                started=started,
+            )
+            self.journal.append(header.model_dump_json())
+        keep: deque[_Job] = deque()
+        for job in self.pending:
+            job.key = task_key(key, job.task)
+            line = self.reusable.get(job.key)
+            if line is not None and json.loads(line).get("task") == job.task.id:
+                self.journal.append(line)
+                self.summary.reused += 1
+                self.progress.add(json.loads(line), fresh=False)
+            else:
+                keep.append(job)
+        self.pending = keep
+
+    def _handle(self, handle: WorkerHandle, msg: tuple[Any, ...]) -> None:
+        kind = msg[0]
+        job: _Job | None = handle.job
+        if kind == "ready":
+            self._on_ready(handle, msg[2])
+        elif kind == "setup_failed":
+            raise _Aborted(f"worker {handle.slot} could not set up backend {self.backend!r}:\n{msg[2]}")
+        elif job is None or msg[1] != job.task.id:
+            return  # a late message about a task this worker no longer owns
+        elif kind == "progress":
+            handle.unit = msg[2]
+            handle.deadline = time.monotonic() + self.timeout
+        elif kind == "done":
+            handle.job, handle.unit, handle.deadline = None, None, float("inf")
+            self._record(job, json.loads(msg[2]), worker=handle.slot)
+        elif kind in ("poisoned", "fault"):
+            skip = Skip("poisoned", msg[3]) if kind == "poisoned" else Skip(msg[3], msg[4])
+            handle.gone = True
+            self._lost(handle, fault=True)
+            handle.job = None
+            self._fault(job, msg[2], skip)
+
+    def _drain(self, handle: WorkerHandle) -> None:
+        """Handle every message the worker sent; mark it gone at end of file."""
+        while not handle.gone:
+            try:
+                if not handle.conn.poll():
+                    return
+                msg = handle.conn.recv()
+            except (EOFError, OSError):
+                handle.gone = True
+                return
+            self._handle(handle, msg)
+
+    def _reap(self, handle: WorkerHandle) -> None:
+        """A worker died without saying why: blame its unit (crash) or count a failed start."""
+        if handle.slot not in self.workers or self.workers[handle.slot] is not handle:
+            return
+        sig, message = exit_fault(handle)
+        if not handle.ready:
+            self.startup_failures += 1
+            self._lost(handle, fault=False)
+            if self.startup_failures >= MAX_STARTUP_FAILURES:
+                raise _Aborted(f"{self.startup_failures} workers in a row died while starting:\n{message}")
+            return
+        job = handle.job
+        self._lost(handle, fault=True)
+        if job is not None:
+            self._fault(job, handle.unit, Skip("crashed", message, sig))
+
+    def _expire(self, now: float) -> None:
+        """Kill workers past their deadline: the running unit hung (or the worker never started)."""
+        for handle in [w for w in self.workers.values() if w.deadline < now]:
+            if not handle.ready:
+                handle.kill()
+                self._reap(handle)
+                continue
+            job, unit = handle.job, handle.unit
+            try:
+                os.kill(handle.process.pid or 0, signal.SIGUSR1)  # faulthandler dumps the stack to the log
+                time.sleep(0.2)
+            except ProcessLookupError:
+                pass
+            tail = handle.log_tail()
+            self._lost(handle, fault=True)
+            if job is not None:
+                self._fault(job, unit, Skip("hung", f"no progress within {self.timeout:g}s\n{tail}".strip()))
+
+    # -- bookkeeping ---------------------------------------------------------------------------
+
+    def _fault(self, job: _Job, unit: str | None, skip: Skip) -> None:
+        """Requeue ``job`` with ``unit`` marked; past the fault limit, skip what is left."""
+        job.faults += 1
+        what = f"{skip.outcome}{f' ({skip.signal})' if skip.signal else ''}"
+        first = next((line for line in skip.message.splitlines() if line.strip()), "")
+        self.progress.note(f"{what}: task {job.task.id} unit {unit}: {first[:160]}")
+        if job.skip_rest is not None:
+            self._record(job, json.loads(fault_record(job.task, skip).model_dump_json()), worker=None)
+            return
+        if unit is None:
+            job.skip_rest = skip
+        else:
+            job.skip[unit] = skip
+            if job.faults >= MAX_TASK_FAULTS:
+                job.skip_rest = skip
+        self.pending.appendleft(job)
+
+    def _record(self, job: _Job, record: dict[str, Any], worker: int | None) -> None:
+        record["evidence_key"] = job.key
+        if record.get("kind") == "task":
+            record["attempts"] = max(job.attempts, 1)
+            record["worker"] = worker
+            if not record.get("seconds"):
+                record["seconds"] = round(time.monotonic() - job.started, 3)
+        self.journal.append(json.dumps(record, separators=(",", ":"), ensure_ascii=False))
+        self.summary.probed += 1
+        self.progress.add(record, fresh=True)
+
+    def _assign(self) -> None:
+        for handle in sorted(self.workers.values(), key=lambda w: w.slot):
+            if not self.pending:
+                return
+            if not handle.ready or handle.job is not None or handle.gone:
+                continue
+            job = self.pending.popleft()
+            if not handle.send(("task", job.task, dict(job.skip), job.skip_rest)):
+                self.pending.appendleft(job)
+                handle.gone = True
+                continue
+            job.attempts += 1
+            job.started = job.started or time.monotonic()
+            handle.job, handle.unit = job, None
+            handle.deadline = time.monotonic() + self.timeout
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def loop(self) -> None:
+        """Hand out tasks until every planned task is recorded."""
+        while True:
+            self._fill()
+            self._assign()
+            if not self.pending and not any(w.job is not None for w in self.workers.values()):
+                return
+            now = time.monotonic()
+            wake = min([w.deadline for w in self.workers.values()] + [now + 1.0])
+            waitables: list[Any] = []
+            for w in self.workers.values():
+                waitables += [w.conn, w.process.sentinel]
+            ready = set(wait(waitables, max(0.0, wake - now)))
+            for handle in list(self.workers.values()):
+                if handle.conn in ready or handle.process.sentinel in ready:
+                    self._drain(handle)
+                    if handle.gone or not handle.process.is_alive():
+                        self._reap(handle)
+            self._expire(time.monotonic())
+            self.progress.tick()
+
+    def shutdown(self) -> None:
+        """Stop idle workers, kill busy ones, close the journal (fsync)."""
+        for handle in list(self.workers.values()):
+            if handle.job is None and handle.ready:
+                handle.stop()
+            else:
+                handle.kill()
+        self.workers.clear()
+        self.journal.close()
+
+
+def run(
+    tasks: Iterable[Task],
+    *,
+    backend: str,
+    out_dir: str | os.PathLike[str],
+    generation: str | None = None,
+    workers: int | None = None,
+    timeout: float = 60.0,
+    resume: bool = False,
+    devices: Sequence[int | str] | None = None,
+    shard: tuple[int, int] | None = None,
+    max_restarts: int | None = None,
+    options: Mapping[str, Any] | None = None,
+    progress: bool = True,
+    command: str | None = None,
+    handlers: Mapping[str, str] | None = None,
+    threads: int | None = None,
+) -> RunSummary:
+    """Run ``tasks`` on ``backend`` in spawned workers, journaling to ``out_dir/journal.jsonl``.
+
+    ``timeout``: seconds a unit may run without progress. ``resume``: continue the journal in
+    ``out_dir`` (else it moves to ``journal.jsonl.prev`` and serves evidence-key reuse).
+    ``devices``: worker ``i`` probes ``devices[i % len(devices)]``. ``shard=(i, n)``: only that
+    slice of the tasks. ``max_restarts``: default :func:`default_max_restarts`. ``options`` reach
+    handlers as ``ctx.options``; ``options["op_source_hash"]`` is part of every evidence key.
+    ``handlers`` adds or overrides task kinds (``kind -> "module:function"``). ``threads``: torch
+    threads per worker (default: cores / workers).
+    """
+    started = time.monotonic()
+    planned = _ordered(tasks)
+    if shard is not None:
+        planned = select_shard(planned, *shard)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    n = workers or os.cpu_count() or 1
+    state = _Run(
+        planned,
+        out,
+        backend=backend,
+        generation=generation,
+        workers=n,
+        timeout=timeout,
+        resume=resume,
+        devices=[int(d) for d in devices] if devices else None,
+        max_restarts=default_max_restarts(n, len(planned)) if max_restarts is None else max_restarts,
+        options=dict(options or {}),
+        progress=progress,
+        command=command or shlex.join(sys.argv),
+        handlers={**HANDLERS, **(handlers or {})},
+        threads=threads,
+    )
+    summary = state.summary
+    try:
+        with _sigterm_as_interrupt():
+            state.loop()
+    except _Aborted as exc:
+        summary.aborted = True
+        summary.message = f"aborted: {exc}"
+    except KeyboardInterrupt:
+        summary.interrupted = True
+        again = state.command if "--resume" in state.command else f"{state.command} --resume"
+        summary.message = f"interrupted; continue with: {again}"
+    finally:
+        state.shutdown()
+    summary.recorded = summary.resumed + summary.reused + summary.probed
+    summary.faults = {
+        o: n for o, n in state.progress.outcomes.items() if o in ("error", "oom", "hung", "crashed", "poisoned")
+    }
+    summary.paths = dict(state.progress.paths)
+    summary.seconds = time.monotonic() - started
+    state.progress.tick(final=True)
+    tail = (
+        f"{summary.recorded}/{summary.planned} tasks recorded in {state.path} ({summary.reused} reused, "
+        f"{summary.resumed} resumed, {summary.restarts} worker restarts, {summary.faulted} faulted cells)"
+    )
+    if progress or summary.message:
+        state.progress.note(f"{summary.message + ': ' if summary.message else ''}{tail}")
+    return summary

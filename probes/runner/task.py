@@ -1,0 +1,154 @@
+"""What the runner schedules (:class:`Task`) and the contract a task handler follows.
+
+A *task* is the unit the runner isolates and journals: one OpInfo at one dtype (kind ``op``) or
+one runtime check (kind ``runtime``). A handler runs a task inside a spawned worker and returns
+its journal record. Before every risky *unit* (one sample x layout on the device) it calls
+``progress(unit)``, so that a crash, a hang or a poisoned device is blamed on that unit::
+
+    def handle(ctx, task, progress, skip, skip_rest):
+        cells = []
+        for unit in units_of(task):
+            fault = skip.get(unit) or skip_rest
+            if fault is not None:                    # faulted before: record, never re-run
+                cells.append(fault_cell(unit, fault))
+                continue
+            progress(unit)                           # the runner's deadline restarts here
+            cells.append(run_unit(ctx.adapter, unit))
+        return TaskRecord(task=task.id, ..., cells=cells)
+
+``skip`` maps units that already crashed / hung / poisoned the worker in an earlier attempt to
+their :class:`Skip`; ``skip_rest`` (after a task faulted too often) is the fault to record on
+every unit not yet run. A handler that finds the device unusable raises :class:`WorkerPoisoned`
+(``ctx.check_health(unit)`` does that after a fault); the worker is then replaced.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pydantic import BaseModel
+
+__all__ = [
+    "HANDLERS",
+    "Handler",
+    "Skip",
+    "Task",
+    "WorkerContext",
+    "WorkerPoisoned",
+    "fault_record",
+    "resolve_handler",
+]
+
+#: task kind -> "module:function" of its handler; imported lazily, inside the worker only
+HANDLERS: dict[str, str] = {
+    "op": "opmatrix.probes.ops.engine:handle",
+    "runtime": "opmatrix.probes.runtime.checks:handle",
+}
+
+#: the outcomes a runner-observed fault can have (the subset of ``Outcome`` a unit can be blamed for)
+FAULT_OUTCOMES = ("crashed", "hung", "poisoned", "oom", "error")
+
+
+@dataclass(frozen=True)
+class Task:
+    """One schedulable probe task; ``payload`` is JSON-able and part of its evidence key."""
+
+    id: str
+    kind: str
+    payload: dict[str, Any] = field(default_factory=dict)
+    order: int = 0
+
+
+@dataclass(frozen=True)
+class Skip:
+    """A fault the runner observed on a unit: record it, do not run the unit again."""
+
+    outcome: str
+    message: str
+    signal: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.outcome not in FAULT_OUTCOMES:
+            raise ValueError(f"Skip outcome {self.outcome!r}: expected one of {', '.join(FAULT_OUTCOMES)}")
+
+
+class WorkerPoisoned(Exception):
+    """Raised by a handler when the device is unusable after ``unit``: the worker is replaced."""
+
+    def __init__(self, unit: str | None, message: str):
+        super().__init__(f"device unusable after {unit}: {message}")
+        self.unit = unit
+        self.message = message
+
+
+@dataclass
+class WorkerContext:
+    """What a handler gets from its worker: the set-up adapter, the worker slot, options, a cache."""
+
+    adapter: Any
+    index: int
+    options: dict[str, Any] = field(default_factory=dict)
+    cache: dict[str, Any] = field(default_factory=dict)
+    device: int | None = None
+
+    def check_health(self, unit: str | None) -> None:
+        """Raise :class:`WorkerPoisoned` blaming ``unit`` when the adapter's health check fails."""
+        problem = self.adapter.health_check()
+        if problem is not None:
+            raise WorkerPoisoned(unit, problem)
+
+
+class Handler(Protocol):
+    """``handle(ctx, task, progress, skip, skip_rest) -> TaskRecord | RuntimeRecord``."""
+
+    def __call__(
+        self,
+        ctx: WorkerContext,
+        task: Task,
+        progress: Callable[[str], None],
+        skip: Mapping[str, Skip],
+        skip_rest: Skip | None,
+    ) -> BaseModel: ...
+
+
+def resolve_handler(target: str) -> Handler:
+    """Import ``module:function``; the error names the target when it cannot."""
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"handler {target!r}: expected module:function")
+    module = importlib.import_module(module_name)
+    try:
+        return getattr(module, attr)  # type: ignore[no-any-return]
+    except AttributeError:
+        raise ValueError(f"handler {target!r}: module {module_name!r} has no attribute {attr!r}") from None
+
+
+def fault_record(task: Task, skip: Skip) -> BaseModel:
+    """The record the runner writes itself when a task faults even with every unit skipped.
+
+    Runtime tasks become a :class:`RuntimeRecord` with an ``unknown`` check; any other kind a
+    :class:`TaskRecord` carrying the fault on the task (source and dtype from the payload, else
+    from the ``source|dtype`` id).
+    """
+    from opmatrix.schema import CheckResult, ErrorInfo, RuntimeCheck, RuntimeRecord, TaskRecord
+
+    text = f"{skip.outcome}: {skip.message}".strip()
+    if task.kind == "runtime":
+        check = RuntimeCheck(
+            name=str(task.payload.get("check", task.id)),
+            level=int(task.payload.get("level", 0)),
+            result=CheckResult.unknown,
+            evidence=text[-2000:],
+        )
+        return RuntimeRecord(task=task.id, check=check)
+    source, _, dtype = task.id.partition("|")
+    return TaskRecord(
+        task=task.id,
+        source=str(task.payload.get("source", source)),
+        dtype=task.payload.get("dtype", dtype or "float32"),
+        outcome=skip.outcome,
+        error=ErrorInfo(type=skip.outcome, message=text[-2000:], actionable=False, signal=skip.signal),
+    )

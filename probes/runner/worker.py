@@ -1,0 +1,179 @@
+"""The spawned worker process: set the backend up once, then run tasks sent over a pipe.
+
+Messages to the parent, in order for one task::
+
+    ("ready", slot, {"torch": "2.13.0 git=...", "adapter": "driver=...|gen=g2"})   once, after setup
+    ("progress", task_id, unit)          before each risky unit: the parent's deadline restarts
+    ("done", task_id, record_json)       the task's journal record
+    ("poisoned", task_id, unit, msg)     the device is unusable: the worker exits after sending
+    ("fault", task_id, unit, outcome, msg)  the handler raised (oom / error): the worker exits
+
+The worker detaches from the terminal's Ctrl-C (the parent decides), dies with its parent
+(``PR_SET_PDEATHSIG`` on Linux), and writes its stdout/stderr to a log file whose tail becomes
+the message of a crash; ``faulthandler`` puts the Python stack of a SIGSEGV/SIGABRT there.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+from .task import Skip, Task, WorkerContext, WorkerPoisoned, resolve_handler
+
+__all__ = ["WorkerSpec", "worker_main"]
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything a worker needs to set itself up (picklable: it crosses the spawn boundary)."""
+
+    backend: str
+    generation: str | None
+    log_path: str
+    parent_pid: int
+    handlers: dict[str, str]
+    device: int | None = None
+    threads: int | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Exit when the orchestrator dies (it may be SIGKILLed), so no orphan keeps probing."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            armed = ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL) == 0  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            armed = False
+        if os.getppid() != parent_pid:
+            os._exit(0)  # the parent died before the signal was armed
+        if armed:
+            return
+
+    def watch() -> None:  # portable backstop for platforms without PDEATHSIG
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent_pid:
+                os._exit(0)
+
+    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
+
+
+def _detach(spec: WorkerSpec) -> None:
+    """Own process group, Ctrl-C ignored, stdout/stderr to the log file, faulthandler on."""
+    os.setpgrp()  # the parent kills our whole group (compile helpers included) on a hang
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent(spec.parent_pid)
+    fd = os.open(spec.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    faulthandler.enable(file=sys.stderr, all_threads=False)
+    # the parent sends SIGUSR1 before killing a hung worker: the stack shows where it hung
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=False)
+
+
+def _setup(slot: int, spec: WorkerSpec) -> tuple[WorkerContext, dict[str, str]]:
+    """Import torch, build and set up the adapter; returns the context and the evidence identity."""
+    import torch
+    from opmatrix.backend.registry import get_adapter
+
+    if spec.threads:
+        torch.set_num_threads(spec.threads)
+    adapter = get_adapter(spec.backend, spec.generation)
+    if spec.device is not None:
+        adapter.select_device(spec.device)
+    adapter.setup()
+    ctx = WorkerContext(adapter=adapter, index=slot, options=dict(spec.options), device=spec.device)
+    identity = {
+        "torch": f"{torch.__version__} git={getattr(torch.version, 'git_version', None)}",
+        "adapter": adapter.evidence_key(),
+    }
+    return ctx, identity
+
+
+def _is_oom(exc: BaseException) -> bool:
+    import torch
+
+    return isinstance(exc, (MemoryError, torch.OutOfMemoryError))
+
+
+def _has_fault(record: Any) -> bool:
+    """Whether a record shows a fault that warrants a health check of the device."""
+    outcomes = [getattr(record, "outcome", None)]
+    outcomes += [getattr(getattr(c, "result", None), "outcome", None) for c in getattr(record, "cells", [])]
+    return any(str(o) in ("error", "oom", "crashed", "hung", "poisoned") for o in outcomes if o is not None)
+
+
+def worker_main(slot: int, conn: Connection, spec: WorkerSpec) -> None:
+    """Entry point of a spawned worker: setup, then serve tasks until told to stop."""
+    _detach(spec)
+    try:
+        ctx, identity = _setup(slot, spec)
+    except Exception:  # noqa: BLE001 - any setup failure is reported to the parent verbatim
+        conn.send(("setup_failed", slot, traceback.format_exc()[-4000:]))
+        return
+    conn.send(("ready", slot, identity))
+    handlers: dict[str, Any] = {}
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        if msg[0] == "stop":
+            return
+        _, task, skip, skip_rest = msg
+        if not _serve(ctx, conn, task, skip, skip_rest, handlers, spec.handlers):
+            return
+
+
+def _serve(
+    ctx: WorkerContext,
+    conn: Connection,
+    task: Task,
+    skip: dict[str, Skip],
+    skip_rest: Skip | None,
+    handlers: dict[str, Any],
+    targets: dict[str, str],
+) -> bool:
+    """Run one task and report it; returns False when the worker must exit (poisoned, fault)."""
+    unit: list[str | None] = [None]
+
+    def progress(unit_id: str) -> None:
+        unit[0] = unit_id
+        conn.send(("progress", task.id, unit_id))
+
+    try:
+        if task.kind not in handlers:
+            if task.kind not in targets:
+                raise ValueError(f"no handler for task kind {task.kind!r} (known: {', '.join(sorted(targets))})")
+            handlers[task.kind] = resolve_handler(targets[task.kind])
+        record = handlers[task.kind](ctx, task, progress, skip, skip_rest)
+        if not hasattr(record, "model_dump_json"):
+            raise TypeError(f"handler for {task.kind!r} returned {type(record).__name__}, expected a pydantic record")
+    except WorkerPoisoned as exc:
+        conn.send(("poisoned", task.id, exc.unit if exc.unit is not None else unit[0], exc.message))
+        return False
+    except Exception as exc:  # noqa: BLE001 - a handler bug or an escaped OOM is blamed on the unit
+        outcome = "oom" if _is_oom(exc) else "error"
+        traceback.print_exc()
+        conn.send(("fault", task.id, unit[0], outcome, f"{type(exc).__name__}: {exc}"[-2000:]))
+        return False
+    if _has_fault(record):
+        problem = ctx.adapter.health_check()
+        if problem is not None:
+            conn.send(("poisoned", task.id, unit[0], f"health check after the task failed: {problem}"))
+            return False
+    conn.send(("done", task.id, record.model_dump_json()))
+    return True

@@ -1,0 +1,156 @@
+"""A task handler for the runner's tests: units that crash, abort, hang, OOM or poison on demand.
+
+A ``test`` task's payload names its units and which of them misbehave::
+
+    Task("t3|float32", "test", {"source": "t3", "units": 4, "faults": {"u2": "segv"}})
+
+Modes: ``segv`` (a real NULL read), ``abort`` (``os.abort``), ``exit`` (``os._exit(3)``),
+``hang`` (sleeps far past any deadline), ``oom`` (a device OOM the handler classifies and
+records itself), ``oom-escape`` (a ``MemoryError`` escaping the handler), ``poison``
+(``WorkerPoisoned``), ``sick`` (an error after which :class:`SickCpuAdapter`'s health check fails).
+Each unit may also ``sleep`` seconds, so that a run lasts long enough to be killed half-way.
+
+Run as a script, it drives :func:`~opmatrix.probes.runner.run` in its own process (for tests
+that kill or interrupt the orchestrator)::
+
+    python tests/runner_handlers.py OUT_DIR --tasks 12 --sleep 0.2 --workers 2 [--resume]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from opmatrix.backend.builtin import CpuAdapter
+from opmatrix.probes.runner import Skip, Task, WorkerContext, WorkerPoisoned
+from opmatrix.schema import CellRecord, CellResult, ErrorInfo, ExecPath, Outcome, Samples, TaskRecord
+
+HANDLERS = {"test": "tests.runner_handlers:handle"}
+
+_SICK = False
+
+
+class SickCpuAdapter(CpuAdapter):
+    """The cpu adapter whose health check fails once a ``sick`` unit ran in this process."""
+
+    def health_check(self) -> str | None:
+        return "device lost after a sick unit" if _SICK else super().health_check()
+
+
+def make_tasks(
+    count: int, *, units: int = 3, faults: Mapping[str, Mapping[str, str]] | None = None, sleep: float = 0.0
+) -> list[Task]:
+    """``count`` test tasks ``t0|float32`` ...; ``faults`` maps a task source to {unit: mode}."""
+    faults = faults or {}
+    return [
+        Task(
+            f"t{i}|float32",
+            "test",
+            {"source": f"t{i}", "units": units, "faults": dict(faults.get(f"t{i}", {})), "sleep": sleep},
+            order=i,
+        )
+        for i in range(count)
+    ]
+
+
+def _misbehave(mode: str) -> None:
+    global _SICK
+    if mode == "segv":
+        ctypes.string_at(0)
+    elif mode == "abort":
+        os.abort()
+    elif mode == "exit":
+        os._exit(3)
+    elif mode == "hang":
+        time.sleep(3600)
+    elif mode == "oom":
+        import torch
+
+        raise torch.OutOfMemoryError("out of memory: tried to allocate 64.00 GiB")
+    elif mode == "oom-escape":
+        raise MemoryError("host allocation failed")
+    elif mode == "poison":
+        raise WorkerPoisoned(None, "device lost (injected)")
+    elif mode == "sick":
+        _SICK = True
+        raise RuntimeError("device reported an internal error (injected)")
+    else:
+        raise ValueError(f"unknown fault mode {mode!r}")
+
+
+def _cell(source: str, index: int, unit: str, outcome: Outcome, error: ErrorInfo | None) -> CellRecord:
+    ok = outcome is Outcome.ok
+    return CellRecord(
+        op=f"test.{source}.{unit}",
+        dtype="float32",
+        rank=index,
+        layout="contiguous",
+        result=CellResult(
+            path=ExecPath.native, outcome=outcome, samples=Samples(probed=1, passed=int(ok)), error=error
+        ),
+    )
+
+
+def handle(
+    ctx: WorkerContext, task: Task, progress: Callable[[str], None], skip: Mapping[str, Skip], skip_rest: Skip | None
+) -> TaskRecord:
+    """Run each unit (``u0`` ...), misbehaving where the payload says; record one cell per unit."""
+    source = task.payload["source"]
+    faults: dict[str, str] = task.payload.get("faults", {})
+    cells = []
+    for index in range(task.payload.get("units", 3)):
+        unit = f"u{index}"
+        fault = skip.get(unit) or skip_rest
+        if fault is not None:
+            error = ErrorInfo(type=fault.outcome, message=fault.message[:1000], actionable=False, signal=fault.signal)
+            cells.append(_cell(source, index, unit, Outcome(fault.outcome), error))
+            continue
+        progress(unit)
+        time.sleep(task.payload.get("sleep", 0.0))
+        try:
+            if unit in faults:
+                _misbehave(faults[unit])
+        except (RuntimeError, ValueError) as exc:  # torch.OutOfMemoryError is a RuntimeError
+            verdict = ctx.adapter.classify_exception(exc)
+            error = ErrorInfo(type=type(exc).__name__, message=str(exc), actionable=False)
+            cells.append(_cell(source, index, unit, Outcome(verdict.outcome), error))
+            continue
+        cells.append(_cell(source, index, unit, Outcome.ok, None))
+    worst = max((c.result.outcome for c in cells), default=Outcome.ok)
+    return TaskRecord(task=task.id, source=source, dtype="float32", outcome=worst, cells=cells)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Drive a test run in this process (see the module docstring)."""
+    from opmatrix.probes.runner import run
+
+    p = argparse.ArgumentParser()
+    p.add_argument("out")
+    p.add_argument("--tasks", type=int, default=12)
+    p.add_argument("--units", type=int, default=3)
+    p.add_argument("--sleep", type=float, default=0.0)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--timeout", type=float, default=10.0)
+    p.add_argument("--resume", action="store_true")
+    args = p.parse_args(argv)
+    summary = run(
+        make_tasks(args.tasks, units=args.units, sleep=args.sleep),
+        backend="cpu",
+        out_dir=Path(args.out),
+        workers=args.workers,
+        timeout=args.timeout,
+        resume=args.resume,
+        handlers=HANDLERS,
+        progress=False,
+    )
+    return summary.exit_code
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # so workers import tests.runner_handlers
+    sys.exit(main())
