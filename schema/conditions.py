@@ -19,13 +19,15 @@ vocabulary is closed and small on purpose:
 - any argument that is sometimes a tensor and sometimes a Python number: ``tensor`` / ``scalar``.
 - booleans: ``true`` / ``false``.
 - ``None`` -> ``none``.
+- ``dtype`` (an explicit output dtype): its name, e.g. ``float64``; always recorded when given,
+  and ``none`` when a query does not pass it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-__all__ = ["ArgValue", "TENSOR", "features_of", "matches", "describe"]
+__all__ = ["ALWAYS_RECORDED", "ArgValue", "DEFAULT_LABELS", "TENSOR", "features_of", "matches", "describe"]
 
 #: Marker the probes use for a tensor-valued argument (tensors never reach the schema).
 TENSOR = "<tensor>"
@@ -53,9 +55,18 @@ def _dim_label(value: object, rank: int | None) -> str | None:
     return None
 
 
+#: arguments whose value is recorded as a condition whenever it is given (not only when it
+#: separates paths): an explicit output ``dtype`` changes what the op computes
+ALWAYS_RECORDED = frozenset({"dtype"})
+#: labels of optional arguments when a query does not pass them
+DEFAULT_LABELS = {"dtype": "none"}
+
+
 def _label(name: str, value: object, rank: int | None) -> str | None:
     if name in _DIM_NAMES:
         return _dim_label(value, rank)
+    if name in ALWAYS_RECORDED:
+        return "none" if value is None else str(value).removeprefix("torch.")
     if value is None:
         return "none"
     if isinstance(value, bool):
@@ -81,7 +92,7 @@ def matches(condition: Mapping[str, str], args: Mapping[str, ArgValue], rank: in
     """Whether ``args`` satisfy ``condition``: True, False, or None when an argument is missing."""
     feats = features_of(args, rank)
     for name, want in condition.items():
-        got = feats.get(name)
+        got = feats.get(name, DEFAULT_LABELS.get(name))
         if got is None:
             return None
         if got != want:

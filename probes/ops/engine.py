@@ -1,0 +1,590 @@
+"""The operator probe engine: one task = one OpInfo at one dtype, every sample x layout.
+
+For each sample (generated once on the CPU) and each layout variant, the engine runs the op on
+the device and on a CPU reference, compares outputs, and classifies the execution path from
+registrations, the leaf ops that reached the device and the adapter's fallback evidence; first-
+order backward is compared for differentiable dtypes; cells unavailable in eager are retried
+through the backend's ``torch.compile`` backend (``decomposed``)::
+
+    record = probe_task(adapter, "softmax", "float32")     # -> TaskRecord with CellRecords
+
+The runner calls :func:`handle` in isolated workers; every risky unit is announced with
+``progress(unit)`` first so a crash or hang is blamed on the unit that was running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from opmatrix.backend import Adapter
+from opmatrix.schema import (
+    TENSOR,
+    Autograd,
+    ErrorInfo,
+    ExecPath,
+    FallbackState,
+    Layout,
+    Mode,
+    Outcome,
+    ReferenceKind,
+    TaskRecord,
+    features_of,
+)
+
+from . import observe
+from .cells import SampleResult, cells_from_samples
+from .layouts import Variant, primary_tensor, to_device, transform_sample
+from .numerics import compare, tolerance_for, upcast_dtype, values_comparable
+from .source import OpEntry, all_ops, generate_samples
+
+__all__ = ["ProbeOptions", "handle", "probe_task", "task_id"]
+
+
+@dataclass
+class ProbeOptions:
+    """What to probe for each task."""
+
+    layouts: tuple[Layout, ...] = tuple(Layout)
+    autograd: bool = True
+    compile: str = "auto"  # auto: retry eager-unavailable cells compiled; all: also compiled==eager; off
+    max_samples: int | None = None
+    autograd_per_cell: int = 2
+    retry_wrong: bool = True
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> ProbeOptions:
+        d = dict(d or {})
+        if "layouts" in d and d["layouts"] is not None:
+            d["layouts"] = tuple(Layout(v) for v in d["layouts"])
+        else:
+            d.pop("layouts", None)
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+
+def task_id(source: str, dtype: str) -> str:
+    """Stable id of a probe task."""
+    return f"{source}|{dtype}"
+
+
+class _Poisoned(Exception):
+    """Raised when the device fails its health check after a fault (replace the worker)."""
+
+    def __init__(self, unit: str, message: str):
+        super().__init__(message)
+        self.unit, self.message = unit, message
+
+
+def _poisoned_error(unit: str, message: str) -> Exception:
+    try:
+        from opmatrix.probes.runner.task import WorkerPoisoned
+    except ImportError:  # runner not available: the engine's own signal
+        return _Poisoned(unit, message)
+    return WorkerPoisoned(unit, message)  # type: ignore[no-any-return, call-arg]
+
+
+# -- values ---------------------------------------------------------------------------------
+
+
+def _map(obj: Any, fn: Callable[[Any], Any]) -> Any:
+    if isinstance(obj, (torch.Tensor, Variant)):
+        return fn(obj)
+    if isinstance(obj, tuple):
+        return tuple(_map(o, fn) for o in obj)
+    if isinstance(obj, list):
+        return [_map(o, fn) for o in obj]
+    if isinstance(obj, dict):
+        return {k: _map(v, fn) for k, v in obj.items()}
+    return obj
+
+
+def _to_cpu(obj: Any) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu() if obj.device.type != "meta" else obj
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_to_cpu(o) for o in obj) if not hasattr(obj, "_fields") else tuple(_to_cpu(o) for o in obj)
+    return obj
+
+
+def _call(fn: Callable[..., Any], values: Any) -> Any:
+    inp, args, kwargs = values
+    return fn(inp, *args, **kwargs)
+
+
+def _upcast(values: Any, dtype: torch.dtype, to: torch.dtype) -> Any:
+    return _map(values, lambda t: t.to(to) if t.dtype == dtype else t)
+
+
+def _error_info(exc: BaseException, op: str, device: str, dtype: str) -> ErrorInfo:
+    message = str(exc).strip().splitlines()[0][:500] if str(exc).strip() else type(exc).__name__
+    low = message.lower()
+    base = op.split(".")[1] if "." in op else op
+    names_op = base.lower() in low or base.lstrip("_").lower() in low
+    dtype_words = {dtype.lower(), str(getattr(torch, dtype, dtype)).lower()}
+    legacy = {"float64": "double", "float32": "float", "float16": "half", "bfloat16": "bfloat16",
+              "int64": "long", "int32": "int", "int16": "short", "int8": "char", "uint8": "byte",
+              "bool": "bool", "complex64": "complexfloat", "complex128": "complexdouble"}
+    if dtype in legacy:
+        dtype_words.add(legacy[dtype])
+    names_ctx = any(w in low for w in dtype_words) or device.lower() in low
+    return ErrorInfo(type=type(exc).__name__, message=message, actionable=names_op and names_ctx)
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    seen = 0
+    while seen < 8:
+        inner = getattr(exc, "inner_exception", None) or exc.__cause__
+        if inner is None or inner is exc:
+            return exc
+        exc, seen = inner, seen + 1
+    return exc
+
+
+# -- per-worker state -----------------------------------------------------------------------
+
+
+@dataclass
+class _State:
+    adapter: Adapter
+    ops: dict[str, OpEntry]
+    overloads: dict[Any, list[str]] = field(default_factory=dict)
+    backend_fallback: bool = False
+
+
+def _state(ctx: Any) -> _State:
+    cache = ctx.cache
+    st = cache.get("op_engine")
+    if st is None:
+        st = _State(ctx.adapter, {o.full_name: o for o in all_ops()})
+        st.backend_fallback = observe.has_backend_fallback(ctx.adapter.dispatch_key)
+        cache["op_engine"] = st
+    return st  # type: ignore[no-any-return]
+
+
+# -- classification -------------------------------------------------------------------------
+
+
+def _classify(st: _State, overload: str, leaf_ops: list[str], seen: Any) -> tuple[ExecPath, list[str], str | None]:
+    """Path of a call that completed, its component ops, and a note."""
+    key = st.adapter.dispatch_key
+    comps = [op for op in dict.fromkeys(leaf_ops) if op not in observe.TRIVIAL_OPS and op != overload]
+    if seen.state is FallbackState.observed:
+        return ExecPath.fallback, comps, None
+    reg = observe.registration(observe.qualified(overload), key)
+    if reg.backend:
+        return ExecPath.native, [], None
+    if reg.implicit or reg.explicit:
+        for c in comps:
+            creg = observe.registration(observe.qualified(c), key)
+            if not creg.backend and not creg.composite and st.backend_fallback:
+                return ExecPath.fallback, comps, f"component {c} has no {key} kernel (served by the backend fallback)"
+        note = None if reg.implicit else "CompositeExplicitAutograd kernel"
+        return ExecPath.composite, comps, note
+    if st.backend_fallback:
+        return ExecPath.fallback, comps, f"no {key} kernel; served by the backend's boxed fallback"
+    return ExecPath.native, [], f"no kernel registered under {key}; ran through another key"
+
+
+@dataclass
+class _Reference:
+    same: Any
+    upcast: Any | None
+
+
+def _reference(fn: Callable[..., Any], cpu_values: Any, dtype: torch.dtype) -> _Reference:
+    same = _call(fn, cpu_values)
+    same = _to_cpu(same)
+    up = upcast_dtype(dtype)
+    upcast = None
+    if up is not None:
+        with contextlib.suppress(Exception):
+            upcast = _to_cpu(_call(fn, _upcast(cpu_values, dtype, up)))
+    return _Reference(same, upcast)
+
+
+def _judge(ref: _Reference, out: Any, op: str, dtype: torch.dtype, comparable: bool) -> tuple[bool, Any]:
+    rtol, atol = tolerance_for(op, dtype)
+    kind = ReferenceKind.cpu_same_dtype
+    res = compare(out, ref.same, rtol, atol, values=comparable)
+    if ref.upcast is not None:
+        up = compare(out, ref.upcast, rtol, atol, values=comparable)
+        if up.ok or not res.ok:
+            res, kind = up, ReferenceKind.cpu_upcast
+        if not res.ok and compare(out, ref.same, rtol, atol, values=comparable).ok:
+            res, kind = compare(out, ref.same, rtol, atol, values=comparable), ReferenceKind.cpu_same_dtype
+    return res.ok, (res, rtol, atol, kind)
+
+
+def _named_features(overload: str, values: Any, rank: int) -> dict[str, str]:
+    inp, args, kwargs = values
+    named: dict[str, Any] = {}
+    try:
+        ns, name, ov = overload.split(".", 2)
+        schema = getattr(getattr(getattr(torch.ops, ns), name), ov)._schema
+        arg_names = [a.name for a in schema.arguments]
+    except (AttributeError, ValueError):
+        arg_names = []
+    positional = [inp, *args]
+    for i, v in enumerate(positional):
+        named[arg_names[i] if i < len(arg_names) else f"arg{i}"] = v
+    named.update(kwargs)
+    plain = {k: (TENSOR if isinstance(v, torch.Tensor) else str(v).removeprefix("torch.") if isinstance(v, torch.dtype)
+                 else v) for k, v in named.items()}
+    plain.pop("self", None)
+    plain.pop("input", None)
+    return features_of(plain, rank)
+
+
+# -- one sample ------------------------------------------------------------------------------
+
+
+@dataclass
+class _Unit:
+    index: str
+    layout: Layout
+    cpu_values: Any  # values with CPU tensors (the layout's views)
+    variants: Any  # values with Variants
+    rank: int
+    overload: str
+    features: dict[str, str]
+
+
+def _device_values(unit: _Unit, device: Any) -> Any:
+    return _map(unit.variants, lambda v: to_device(v, device))
+
+
+def _run_device(st: _State, fn: Callable[..., Any], values: Any) -> tuple[Any, list[str], Any]:
+    rec = observe.LeafRecorder()
+    with st.adapter.observe_fallback() as seen, rec:
+        out = _call(fn, values)
+    st.adapter.synchronize()
+    return _to_cpu(out), rec.ops, seen
+
+
+def _fault_from_exception(st: _State, unit_id: str, exc: BaseException) -> Outcome | None:
+    """For an exception that is not a clean rejection: OOM/error, or raise if the device broke."""
+    verdict = st.adapter.classify_exception(exc)
+    if verdict.outcome == "rejected":
+        return None
+    problem = st.adapter.health_check()
+    if problem is not None:
+        raise _poisoned_error(unit_id, f"device unusable after {type(exc).__name__}: {problem}")
+    return Outcome.oom if verdict.outcome == "oom" else Outcome.error
+
+
+def _probe_eager(st: _State, entry: OpEntry, unit: _Unit, dtype: torch.dtype, opts: ProbeOptions,
+                 ref: _Reference, autograd_budget: dict[Any, int]) -> SampleResult:
+    fn = entry.info.op
+    dname = str(dtype).removeprefix("torch.")
+    device = st.adapter.device()
+    result = SampleResult(op=unit.overload, rank=unit.rank, layout=unit.layout, mode=Mode.eager,
+                          path=ExecPath.rejected, outcome=Outcome.ok, features=unit.features)
+    unit_id = f"{unit.index}/{unit.layout.value}/eager"
+    try:
+        out, leaf, seen = _run_device(st, fn, _device_values(unit, device))
+    except Exception as exc:  # noqa: BLE001 - classified narrowly just below
+        fault = _fault_from_exception(st, unit_id, exc)
+        result.error = _error_info(exc, unit.overload, st.adapter.device_type, dname)
+        result.outcome = fault or Outcome.ok
+        return result
+    path, comps, note = _classify(st, unit.overload, leaf, seen)
+    result.path, result.components, result.note = path, comps, note
+    result.fallback, result.fallback_ops, result.fallback_source = seen.state, list(seen.ops), seen.source
+    comparable = st.adapter.device_type != "meta" and values_comparable(unit.overload)
+    ok, (res, rtol, atol, kind) = _judge(ref, out, unit.overload, dtype, comparable)
+    if comparable:
+        result.rtol, result.atol, result.reference = rtol, atol, kind
+        result.max_abs, result.max_rel = res.max_abs, res.max_rel
+    if not ok and opts.retry_wrong:
+        out2, _, _ = _run_device(st, fn, _device_values(unit, device))
+        ok2, _ = _judge(ref, out2, unit.overload, dtype, comparable)
+        if ok2:
+            result.flaky = True
+    result.outcome = Outcome.ok if ok else Outcome.wrong
+    if not ok:
+        result.note = "; ".join(filter(None, [result.note, res.detail]))
+    key = (unit.overload, unit.rank, unit.layout)
+    if opts.autograd and _differentiable(entry, dtype) and autograd_budget.get(key, 0) < opts.autograd_per_cell:
+        autograd_budget[key] = autograd_budget.get(key, 0) + 1
+        result.autograd = _probe_backward(st, fn, unit, dtype, path, dname)
+    return result
+
+
+def _differentiable(entry: OpEntry, dtype: torch.dtype) -> bool:
+    return bool(entry.info.supports_autograd) and (dtype.is_floating_point or dtype.is_complex)
+
+
+def _grad_inputs(values: Any, dtype: torch.dtype) -> tuple[Any, list[torch.Tensor]]:
+    leaves: list[torch.Tensor] = []
+
+    def leaf(t: torch.Tensor) -> torch.Tensor:
+        if t.dtype == dtype and (t.is_floating_point() or t.is_complex()):
+            t = t.detach().requires_grad_(True)
+            leaves.append(t)
+        return t
+
+    return _map(values, leaf), leaves
+
+
+def _backward(fn: Callable[..., Any], values: Any, dtype: torch.dtype) -> list[Any] | None:
+    vals, leaves = _grad_inputs(values, dtype)
+    if not leaves:
+        return None
+    out = _call(fn, vals)
+    outs = [o for o in (out if isinstance(out, (tuple, list)) else [out])
+            if isinstance(o, torch.Tensor) and o.requires_grad]
+    if not outs:
+        return None
+    gen = torch.Generator().manual_seed(1)
+    grads = [torch.randn(o.shape, generator=gen, dtype=torch.float32).to(o.dtype).to(o.device) if not o.is_complex()
+             else torch.randn(o.shape, generator=gen, dtype=o.dtype).to(o.device) for o in outs]
+    res = torch.autograd.grad(outs, leaves, grads, allow_unused=True)
+    return [_to_cpu(r) for r in res]
+
+
+def _probe_backward(st: _State, fn: Callable[..., Any], unit: _Unit, dtype: torch.dtype, fwd: ExecPath,
+                    dname: str) -> Autograd | None:
+    try:
+        expected = _backward(fn, unit.cpu_values, dtype)
+    except Exception:  # noqa: BLE001 - no CPU reference gradient: nothing to compare
+        return None
+    if expected is None:
+        return None
+    unit_id = f"{unit.index}/{unit.layout.value}/backward"
+    try:
+        with st.adapter.observe_fallback() as seen:
+            got = _backward(fn, _device_values(unit, st.adapter.device()), dtype)
+        st.adapter.synchronize()
+    except Exception as exc:  # noqa: BLE001 - classified narrowly just below
+        fault = _fault_from_exception(st, unit_id, exc)
+        return Autograd(path=ExecPath.rejected, outcome=fault or Outcome.ok)
+    path = ExecPath.fallback if seen.state is FallbackState.observed else max(fwd, ExecPath.native)
+    if got is None:
+        return Autograd(path=path, outcome=Outcome.wrong)
+    if st.adapter.device_type == "meta":
+        return Autograd(path=path, outcome=Outcome.ok)
+    rtol, atol = tolerance_for(unit.overload, dtype)
+    cmp = compare(got, expected, rtol * 10, atol * 10)
+    return Autograd(path=path, outcome=Outcome.ok if cmp.ok else Outcome.wrong,
+                    max_abs_err=float(f"{cmp.max_abs:.3g}") if cmp.max_abs is not None else None)
+
+
+def _probe_compile(st: _State, entry: OpEntry, unit: _Unit, dtype: torch.dtype, ref: _Reference,
+                   eager: SampleResult) -> SampleResult:
+    backend = st.adapter.compile_backend()
+    dname = str(dtype).removeprefix("torch.")
+    result = SampleResult(op=unit.overload, rank=unit.rank, layout=unit.layout, mode=Mode.compile,
+                          path=ExecPath.rejected, outcome=Outcome.ok, features=unit.features)
+    if backend is None:
+        result.note = "backend has no torch.compile backend"
+        result.error = ErrorInfo(type="NoCompileBackend", message=result.note, actionable=False)
+        return result
+    import torch._dynamo
+
+    fn = entry.info.op
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda i, *a, **k: fn(i, *a, **k), backend=backend, dynamic=False)
+    unit_id = f"{unit.index}/{unit.layout.value}/compile"
+    try:
+        out, _, seen = _run_device(st, compiled, _device_values(unit, st.adapter.device()))
+    except Exception as exc:  # noqa: BLE001 - classified narrowly just below
+        root = _root_cause(exc)
+        fault = _fault_from_exception(st, unit_id, root)
+        result.error = _error_info(root, unit.overload, st.adapter.device_type, dname)
+        result.outcome = fault or Outcome.ok
+        return result
+    if seen.state is FallbackState.observed:
+        result.path = ExecPath.fallback
+    elif eager.path is ExecPath.rejected:
+        result.path = ExecPath.decomposed
+    else:
+        result.path = eager.path
+    result.fallback, result.fallback_ops, result.fallback_source = seen.state, list(seen.ops), seen.source
+    comparable = st.adapter.device_type != "meta" and values_comparable(unit.overload)
+    ok, (res, rtol, atol, kind) = _judge(ref, out, unit.overload, dtype, comparable)
+    if comparable:
+        result.rtol, result.atol, result.reference = rtol, atol, kind
+        result.max_abs, result.max_rel = res.max_abs, res.max_rel
+    result.outcome = Outcome.ok if ok else Outcome.wrong
+    return result
+
+
+# -- one task --------------------------------------------------------------------------------
+
+
+def _overload_of(st: _State, entry: OpEntry, values: Any) -> str:
+    key = (entry.full_name, observe.signature_of(values))
+    calls = st.overloads.get(key)
+    if calls is None:
+        try:
+            calls = observe.top_level_overloads(entry.info.op, values)
+        except Exception:  # noqa: BLE001 - tracing is best effort; fall back to the CPU leaf ops
+            rec = observe.LeafRecorder()
+            try:
+                with rec:
+                    _call(entry.info.op, values)
+            except Exception:  # noqa: BLE001
+                pass
+            calls = rec.ops
+        st.overloads[key] = calls
+    return observe.primary_overload(calls) or f"opinfo.{entry.full_name}"
+
+
+def _dim_position(overload: str, values: Any) -> tuple[str, Any] | None:
+    """Where an integer ``dim`` argument sits in ``values``: ("kw", name) or ("pos", index)."""
+    inp, args, kwargs = values
+    for name in ("dim", "axis"):
+        if isinstance(kwargs.get(name), int) and not isinstance(kwargs.get(name), bool):
+            return ("kw", name)
+    try:
+        ns, name, ov = overload.split(".", 2)
+        schema = getattr(getattr(getattr(torch.ops, ns), name), ov)._schema
+    except (AttributeError, ValueError):
+        return None
+    for i, a in enumerate(schema.arguments):
+        if a.name in ("dim", "axis") and str(a.type) == "int" and 0 < i <= len(args):
+            v = args[i - 1]
+            if isinstance(v, int) and not isinstance(v, bool):
+                return ("pos", i - 1)
+    return None
+
+
+def _arg_variants(overload: str, base: Any) -> list[Any]:
+    """The sample with its ``dim`` moved to the first and the last axis (argument conditions
+    such as "native for the last axis" are only observable when both occur)."""
+    where = _dim_position(overload, base)
+    primary = primary_tensor(base)
+    if where is None or primary is None or primary.dim() < 2:
+        return []
+    inp, args, kwargs = base
+    current = kwargs[where[1]] if where[0] == "kw" else args[where[1]]
+    rank = primary.dim()
+    out = []
+    for d in (0, rank - 1):
+        if d % rank == current % rank:
+            continue
+        if where[0] == "kw":
+            out.append((inp, args, {**kwargs, where[1]: d}))
+        else:
+            a = list(args)
+            a[where[1]] = d
+            out.append((inp, tuple(a), kwargs))
+    return out
+
+
+def _units(st: _State, entry: OpEntry, samples: list[Any], opts: ProbeOptions) -> Iterator[_Unit]:
+    seen_dims: set[Any] = set()
+    for i, s in enumerate(samples):
+        first = (s.input, tuple(s.args), dict(s.kwargs))
+        overload0 = _overload_of(st, entry, first)
+        bases = [(str(i), first)]
+        for k, v in enumerate(_arg_variants(overload0, first)):
+            key = (observe.signature_of(v), tuple(primary_tensor(v).shape), repr(v[1:]))
+            if key not in seen_dims:
+                seen_dims.add(key)
+                bases.append((f"{i}.{k + 1}", v))
+        for index, base in bases:
+            yield from _layout_units(st, entry, index, base, opts, overload0)
+
+
+def _layout_units(st: _State, entry: OpEntry, index: str, base: Any, opts: ProbeOptions,
+                  overload: str) -> Iterator[_Unit]:
+    for layout in opts.layouts:
+        variants = transform_sample(base, layout)
+        if variants is None:
+            continue
+        cpu_values = _map(variants, lambda v: v.view)
+        primary = primary_tensor(cpu_values)
+        rank = primary.dim() if primary is not None else 0
+        yield _Unit(index, layout, cpu_values, variants, rank, overload, _named_features(overload, base, rank))
+
+
+def _skip_result(unit: _Unit, mode: Mode, outcome: str, message: str, signal: str | None) -> SampleResult:
+    return SampleResult(op=unit.overload, rank=unit.rank, layout=unit.layout, mode=mode,
+                        path=ExecPath.rejected, outcome=Outcome(outcome), features=unit.features,
+                        error=ErrorInfo(type=outcome, message=message[:500], actionable=False, signal=signal))
+
+
+def probe_task(adapter_or_ctx: Any, source: str, dtype_name: str, *, options: Mapping[str, Any] | None = None,
+               progress: Callable[[str], None] | None = None, skip: Mapping[str, Any] | None = None,
+               skip_rest: Any = None) -> TaskRecord:
+    """Probe OpInfo ``source`` at ``dtype_name`` on the adapter's device."""
+    ctx = adapter_or_ctx if hasattr(adapter_or_ctx, "cache") else _InlineContext(adapter_or_ctx)
+    st = _state(ctx)
+    opts = ProbeOptions.from_dict(options)
+    started = time.perf_counter()
+    tid = task_id(source, dtype_name)
+    entry = st.ops.get(source)
+    if entry is None:
+        return TaskRecord(task=tid, source=source, dtype=dtype_name, outcome=Outcome.error,
+                          skipped=f"no OpInfo named {source!r} in this torch build")
+    dtype = getattr(torch, dtype_name)
+    try:
+        samples = generate_samples(entry, dtype, limit=opts.max_samples)
+    except Exception as exc:  # noqa: BLE001 - OpInfo cannot make samples for this dtype
+        return TaskRecord(task=tid, source=source, dtype=dtype_name, outcome=Outcome.ok,
+                          skipped=f"OpInfo yields no samples at {dtype_name}: {type(exc).__name__}: {str(exc)[:200]}")
+    skip = skip or {}
+    results: list[SampleResult] = []
+    autograd_budget: dict[Any, int] = {}
+    compile_done: dict[Any, bool] = {}
+    invalid = 0
+    for unit in _units(st, entry, samples, opts):
+        try:
+            ref = _reference(entry.info.op, unit.cpu_values, dtype)
+        except Exception:  # noqa: BLE001 - the CPU itself rejects this input: not a device cell
+            invalid += 1
+            continue
+        uid = f"{unit.index}/{unit.layout.value}/eager"
+        fault = skip.get(uid) or skip_rest
+        if fault is not None:
+            results.append(_skip_result(unit, Mode.eager, fault.outcome, fault.message, fault.signal))
+            continue
+        if progress:
+            progress(uid)
+        eager = _probe_eager(st, entry, unit, dtype, opts, ref, autograd_budget)
+        results.append(eager)
+        want_compile = opts.compile != "off" and unit.layout is Layout.contiguous and (
+            (eager.path is ExecPath.rejected and eager.outcome is Outcome.ok) or opts.compile == "all"
+        )
+        ckey = (unit.overload, unit.rank)
+        if want_compile and not compile_done.get(ckey):
+            cid = f"{unit.index}/{unit.layout.value}/compile"
+            cfault = skip.get(cid) or skip_rest
+            if cfault is not None:
+                results.append(_skip_result(unit, Mode.compile, cfault.outcome, cfault.message, cfault.signal))
+            else:
+                if progress:
+                    progress(cid)
+                results.append(_probe_compile(st, entry, unit, dtype, ref, eager))
+            compile_done[ckey] = True
+    cells = cells_from_samples(results, dtype_name)
+    faults = [r.outcome for r in results if r.outcome.is_fault]
+    record = TaskRecord(
+        task=tid, source=source, dtype=dtype_name, outcome=max(faults) if faults else Outcome.ok, cells=cells,
+        seconds=round(time.perf_counter() - started, 3),
+        skipped=None if cells else (f"no valid sample at {dtype_name}: the CPU reference rejected all {invalid}"
+                                    if invalid else f"OpInfo yields no samples at {dtype_name}"),
+    )
+    return record
+
+
+class _InlineContext:
+    """A worker context for in-process use (tests, the naive benchmark loop)."""
+
+    def __init__(self, adapter: Adapter):
+        self.adapter = adapter
+        self.cache: dict[str, Any] = {}
+        self.options: dict[str, Any] = {}
+
+
+def handle(ctx: Any, task: Any, progress: Callable[[str], None], skip: Mapping[str, Any], skip_rest: Any) -> TaskRecord:
+    """Runner entry point for tasks of kind ``op``: payload ``{"source", "dtype", "options"}``."""
+    p = task.payload
+    return probe_task(ctx, p["source"], p["dtype"], options=p.get("options") or getattr(ctx, "options", None),
+                      progress=progress, skip=skip, skip_rest=skip_rest)

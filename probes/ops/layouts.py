@@ -1,0 +1,132 @@
+"""Layout variants of a sample, derived by transformation (as OpInfo's ``noncontiguous()``).
+
+A variant is built on the CPU as a view into a *base* tensor; on the device the same view is
+re-created over a copy of the base with ``as_strided``, so the device sees exactly the sizes,
+strides and storage offset the layout names::
+
+    >>> import torch
+    >>> v = make_variant(torch.arange(6.).view(2, 3), Layout.transposed)
+    >>> v.view.stride()
+    (1, 2)
+
+Layouts that do not apply to a tensor (``channels_last`` below rank 4, ``transposed`` below
+rank 2, anything on a scalar tensor) return None and the cell does not exist for that sample.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from opmatrix.schema import Layout
+
+__all__ = ["Variant", "make_variant", "to_device", "transform_sample"]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A layout view of a tensor and the contiguous base it views into."""
+
+    base: torch.Tensor
+    view: torch.Tensor
+
+
+def _strided_base(view: torch.Tensor) -> Variant:
+    """A variant whose base is the view's storage as a flat contiguous tensor."""
+    flat = torch.empty(0, dtype=view.dtype).set_(view.untyped_storage(), 0, (view.untyped_storage().nbytes() // view.element_size(),))
+    return Variant(flat, view)
+
+
+def make_variant(t: torch.Tensor, layout: Layout) -> Variant | None:
+    """The ``layout`` variant of contiguous CPU tensor ``t`` (same values), or None if n/a."""
+    if layout is Layout.contiguous:
+        return Variant(t, t)
+    if t.dim() == 0 or t.numel() == 0:
+        return None
+    if layout is Layout.noncontiguous:
+        buf = torch.zeros(*t.shape[:-1], 2 * t.shape[-1], dtype=t.dtype)
+        buf[..., ::2] = t
+        return Variant(buf, buf[..., ::2])
+    if layout is Layout.transposed:
+        if t.dim() < 2 or t.shape[-1] == 1 or t.shape[-2] == 1:
+            return None
+        base = t.transpose(-1, -2).contiguous()
+        return Variant(base, base.transpose(-1, -2))
+    if layout is Layout.channels_last:
+        if t.dim() != 4 or t.shape[1] == 1 or t.shape[2] * t.shape[3] == 1:
+            return None
+        return _strided_base(t.contiguous(memory_format=torch.channels_last))
+    if layout is Layout.storage_offset:
+        offset = 3
+        buf = torch.zeros(t.numel() + offset, dtype=t.dtype)
+        buf[offset:] = t.reshape(-1)
+        return Variant(buf, buf[offset:].view(t.shape))
+    if layout is Layout.expanded:
+        if t.shape[0] == 1:
+            return None
+        row = t[:1].clone()
+        return Variant(row, row.expand(t.shape))
+    raise AssertionError(f"unhandled layout {layout}")
+
+
+def to_device(variant: Variant, device: Any) -> torch.Tensor:
+    """Re-create the variant's view on ``device`` over a device copy of its base."""
+    base = variant.base.to(device)
+    v = variant.view
+    if v is variant.base:
+        return base
+    offset = v.storage_offset() - variant.base.storage_offset()
+    return base.as_strided(v.size(), v.stride(), offset)
+
+
+def _map(obj: Any, fn: Any) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, tuple):
+        return tuple(_map(o, fn) for o in obj)
+    if isinstance(obj, list):
+        return [_map(o, fn) for o in obj]
+    if isinstance(obj, dict):
+        return {k: _map(v, fn) for k, v in obj.items()}
+    return obj
+
+
+def _first_tensor(obj: Any) -> torch.Tensor | None:
+    if isinstance(obj, torch.Tensor):
+        return obj
+    if isinstance(obj, (tuple, list)):
+        for o in obj:
+            t = _first_tensor(o)
+            if t is not None:
+                return t
+    if isinstance(obj, dict):
+        return _first_tensor(list(obj.values()))
+    return None
+
+
+def primary_tensor(values: Any) -> torch.Tensor | None:
+    """The tensor whose rank and layout name the cell: the input, else the first tensor."""
+    return _first_tensor(values)
+
+
+def transform_sample(values: Any, layout: Layout) -> Any | None:
+    """Apply ``layout`` to every tensor in ``values`` (input, args, kwargs).
+
+    Returns the values with each tensor replaced by a :class:`Variant` (tensors the layout does
+    not apply to stay as they are), or None when the layout does not apply to the primary tensor.
+    """
+    primary = primary_tensor(values)
+    if primary is None:
+        return None
+    if layout is not Layout.contiguous and (not primary.is_contiguous() or make_variant(primary, layout) is None):
+        return None
+
+    def one(t: torch.Tensor) -> Variant:
+        v = make_variant(t, layout) if t.is_contiguous() else None
+        if v is not None:
+            return v
+        return _strided_base(t) if not t.is_contiguous() else Variant(t, t)
+
+    return _map(values, one)

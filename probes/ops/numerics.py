@@ -1,0 +1,143 @@
+"""Numerics: compare device outputs with a CPU reference under per-dtype tolerances.
+
+Low-precision floats (float16, bfloat16) are referenced in float32 computed on the CPU from the
+same (rounded) inputs, and compared with the low-precision dtype's tolerance, as
+``torch.testing.assert_close`` would choose it. Per-op overrides and ops whose values are not
+comparable (random or uninitialised outputs) are data, in ``tolerances.yaml`` beside this file.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+__all__ = ["Comparison", "compare", "tolerance_for", "upcast_dtype", "values_comparable"]
+
+_LOW_PRECISION = {torch.float16: torch.float32, torch.bfloat16: torch.float32, torch.complex32: torch.complex64}
+
+#: assert_close's defaults (rtol, atol) by dtype
+_DEFAULTS: dict[torch.dtype, tuple[float, float]] = {
+    torch.float16: (1e-3, 1e-5),
+    torch.bfloat16: (1.6e-2, 1e-5),
+    torch.float32: (1.3e-6, 1e-5),
+    torch.float64: (1e-7, 1e-7),
+    torch.complex32: (1e-3, 1e-5),
+    torch.complex64: (1.3e-6, 1e-5),
+    torch.complex128: (1e-7, 1e-7),
+}
+
+
+@functools.lru_cache(maxsize=1)
+def _table() -> dict[str, Any]:
+    path = Path(__file__).with_name("tolerances.yaml")
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    return data
+
+
+def upcast_dtype(dtype: torch.dtype) -> torch.dtype | None:
+    """The dtype a low-precision dtype is referenced in, or None."""
+    return _LOW_PRECISION.get(dtype)
+
+
+def values_comparable(op_name: str) -> bool:
+    """False for ops whose values are random or uninitialised (only shape/dtype compared)."""
+    return not any(fnmatch.fnmatchcase(op_name, p) for p in _table().get("not_comparable", []))
+
+
+def tolerance_for(op_name: str, dtype: torch.dtype) -> tuple[float, float]:
+    """(rtol, atol) for ``op_name`` at ``dtype``: a per-op override, else assert_close's default."""
+    dname = str(dtype).removeprefix("torch.")
+    for rule in _table().get("overrides", []):
+        if fnmatch.fnmatchcase(op_name, rule["op"]) and (not rule.get("dtypes") or dname in rule["dtypes"]):
+            return float(rule["rtol"]), float(rule["atol"])
+    return _DEFAULTS.get(dtype, (0.0, 0.0))
+
+
+@dataclass
+class Comparison:
+    """Result of comparing one call's outputs."""
+
+    ok: bool
+    max_abs: float | None = None
+    max_rel: float | None = None
+    detail: str = ""
+
+
+def _leaves(obj: Any) -> list[Any]:
+    if isinstance(obj, torch.Tensor) or obj is None or isinstance(obj, (bool, int, float, complex)):
+        return [obj]
+    if isinstance(obj, (tuple, list)):
+        out: list[Any] = []
+        for o in obj:
+            out.extend(_leaves(o))
+        return out
+    if isinstance(obj, torch.Size):
+        return [tuple(obj)]
+    return [obj]
+
+
+def compare(actual: Any, expected: Any, rtol: float, atol: float, *, values: bool = True) -> Comparison:
+    """Compare (CPU copies of) device outputs with the reference outputs."""
+    a_leaves, e_leaves = _leaves(actual), _leaves(expected)
+    if len(a_leaves) != len(e_leaves):
+        return Comparison(False, detail=f"{len(a_leaves)} outputs, reference has {len(e_leaves)}")
+    max_abs = 0.0
+    max_rel = 0.0
+    for i, (a, e) in enumerate(zip(a_leaves, e_leaves)):
+        if isinstance(e, torch.Tensor):
+            if not isinstance(a, torch.Tensor):
+                return Comparison(False, detail=f"output {i} is {type(a).__name__}, expected a tensor")
+            if a.shape != e.shape:
+                return Comparison(False, detail=f"output {i} shape {tuple(a.shape)} != {tuple(e.shape)}")
+            if not values or e.numel() == 0:
+                continue
+            if a.dtype != e.dtype:
+                if a.is_floating_point() or a.is_complex():
+                    a = a.to(e.dtype)
+                else:
+                    return Comparison(False, detail=f"output {i} dtype {a.dtype} != {e.dtype}")
+            res = _compare_tensor(a, e, rtol, atol)
+            if res.max_abs is not None:
+                max_abs = max(max_abs, res.max_abs)
+                max_rel = max(max_rel, res.max_rel or 0.0)
+            if not res.ok:
+                return Comparison(False, max_abs, max_rel, f"output {i}: {res.detail}")
+        elif values and a != e and not (isinstance(e, float) and e != e and a != a):
+            if isinstance(e, (int, float, complex)) and isinstance(a, (int, float, complex)):
+                if abs(a - e) <= atol + rtol * abs(e):
+                    continue
+            return Comparison(False, detail=f"output {i}: {a!r} != {e!r}")
+    return Comparison(True, max_abs, max_rel)
+
+
+def _compare_tensor(a: torch.Tensor, e: torch.Tensor, rtol: float, atol: float) -> Comparison:
+    if e.dtype == torch.bool or not (e.is_floating_point() or e.is_complex()):
+        equal = torch.equal(a, e)
+        diff = None
+        if not equal:
+            mism = (a != e).sum().item()
+            return Comparison(False, None, None, f"{mism} of {e.numel()} values differ (exact dtype)")
+        return Comparison(True, 0.0 if diff is None else diff, 0.0)
+    a64 = a.to(torch.complex128 if e.is_complex() else torch.float64)
+    e64 = e.to(a64.dtype)
+    both_nan = torch.isnan(a64) & torch.isnan(e64)
+    same_inf = torch.isinf(e64) & (a64 == e64)
+    err = (a64 - e64).abs()
+    err = torch.where(both_nan | same_inf, torch.zeros_like(err), err)
+    err = torch.nan_to_num(err, nan=float("inf"), posinf=float("inf"))
+    bound = atol + rtol * e64.abs()
+    bad = err > torch.nan_to_num(bound, nan=0.0, posinf=float("inf"))
+    max_abs = float(err.max().item()) if err.numel() else 0.0
+    denom = e64.abs().clamp_min(1e-30)
+    rel = torch.where(err == 0, torch.zeros_like(err), err / denom)
+    max_rel = float(rel.max().item()) if rel.numel() else 0.0
+    if bool(bad.any()):
+        n = int(bad.sum().item())
+        return Comparison(False, max_abs, max_rel, f"{n} of {e.numel()} values outside atol={atol:g} rtol={rtol:g}")
+    return Comparison(True, max_abs, max_rel)

@@ -1,0 +1,203 @@
+"""Observation: which overload a sample calls, what ran on the device, what is registered.
+
+Three signals, never one guess (design.md):
+
+- the **top-level overload** a sample calls, from ``make_fx(pre_dispatch=True)`` on the CPU,
+  cached per (OpInfo, argument signature) since it depends on argument kinds, not values;
+- the **leaf ops** that reached the device, from a ``TorchDispatchMode`` around the device call
+  (after composite decomposition, so a composite's components are visible);
+- **registrations**: whether the backend's dispatch key, ``CompositeImplicitAutograd`` or a
+  ``CompositeExplicitAutograd*`` key has a kernel for an overload, and whether the backend has a
+  boxed fallback.
+
+Allocation, view and metadata ops never make a call composite; a host scalar read is not a
+fallback.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+__all__ = [
+    "LeafRecorder",
+    "Registration",
+    "TRIVIAL_OPS",
+    "overload_name",
+    "registration",
+    "signature_of",
+    "top_level_overloads",
+]
+
+#: ops that allocate, view, copy or read metadata: they never make a call composite
+TRIVIAL_OPS = frozenset(
+    {
+        "aten.empty.memory_format", "aten.empty_strided.default", "aten.empty_like.default",
+        "aten.new_empty.default", "aten.new_empty_strided.default", "aten.zeros.default",
+        "aten.zeros_like.default", "aten.ones_like.default", "aten.full.default", "aten.full_like.default",
+        "aten.view.default", "aten._unsafe_view.default", "aten._reshape_alias.default", "aten.reshape.default",
+        "aten.as_strided.default", "aten.as_strided_.default", "aten.expand.default", "aten.t.default",
+        "aten.transpose.int", "aten.permute.default", "aten.squeeze.dim", "aten.squeeze.dims",
+        "aten.squeeze.default", "aten.unsqueeze.default", "aten.slice.Tensor", "aten.select.int",
+        "aten.alias.default", "aten.detach.default", "aten.lift_fresh.default", "aten.clone.default",
+        "aten.contiguous.default", "aten.copy_.default", "aten._copy_from.default",
+        "aten._copy_from_and_resize.default", "aten._to_copy.default", "aten.resize_.default",
+        "aten.set_.source_Storage_storage_offset", "aten.set_.source_Storage", "aten.set_.source_Tensor",
+        "aten.fill_.Scalar", "aten.zero_.default", "aten._local_scalar_dense.default", "aten.item.default",
+        "aten.is_nonzero.default", "aten.sym_size.int", "aten.sym_stride.int", "aten.sym_numel.default",
+        "aten.sym_storage_offset.default", "aten.result_type.Tensor", "aten.result_type.Scalar",
+        "aten.scalar_tensor.default", "aten.lift_fresh_copy.default", "aten.empty_permuted.default",
+        "aten.unfold.default", "aten.split.Tensor", "aten.split_with_sizes.default", "aten.unbind.int",
+        "aten.narrow.default", "aten.diagonal.default", "aten.view_as_real.default", "aten.view_as_complex.default",
+        "aten._conj.default", "aten._neg_view.default", "aten.resolve_conj.default", "aten.resolve_neg.default",
+        "aten.to.dtype", "aten.to.device", "aten.to.dtype_layout", "aten.type_as.default", "aten.expand_as.default",
+        "aten.view_as.default", "aten.reshape_as.default", "aten.flatten.using_ints", "aten.movedim.int",
+        "aten.numpy_T.default", "aten.mT.default", "aten.unsafe_split.Tensor", "aten.index_put_.default",
+    }
+)
+#: a host scalar read: copying a scalar to the host is not a compute fallback
+SCALAR_READS = frozenset({"aten._local_scalar_dense.default", "aten.item.default"})
+
+_COMPOSITE_KEYS = ("CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
+
+
+def overload_name(op: Any) -> str:
+    """``aten.softmax.int`` for an OpOverload (its packet name plus overload, default included)."""
+    schema = op._schema
+    ns, _, name = schema.name.partition("::")
+    return f"{ns}.{name}.{schema.overload_name or 'default'}"
+
+
+class Registration:
+    """What the dispatcher has registered for one overload, for one backend key."""
+
+    __slots__ = ("backend", "implicit", "explicit", "name")
+
+    def __init__(self, name: str, backend: bool, implicit: bool, explicit: bool):
+        self.name, self.backend, self.implicit, self.explicit = name, backend, implicit, explicit
+
+    @property
+    def composite(self) -> bool:
+        return self.implicit or self.explicit
+
+
+@functools.lru_cache(maxsize=8192)
+def registration(qualified: str, dispatch_key: str) -> Registration:
+    """Registrations for ``aten::name.overload`` (``qualified``) under ``dispatch_key``."""
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    try:
+        backend = has(qualified, dispatch_key)
+        implicit = has(qualified, "CompositeImplicitAutograd")
+        explicit = any(has(qualified, k) for k in _COMPOSITE_KEYS)
+    except RuntimeError:  # not an operator the dispatcher knows (e.g. a Python-only op)
+        return Registration(qualified, False, False, False)
+    return Registration(qualified, backend, implicit, explicit)
+
+
+def qualified(name: str) -> str:
+    """``aten.softmax.int`` -> ``aten::softmax.int`` (``.default`` dropped)."""
+    ns, _, rest = name.partition(".")
+    op, _, ov = rest.rpartition(".")
+    return f"{ns}::{op}" + ("" if ov == "default" else f".{ov}")
+
+
+def has_backend_fallback(dispatch_key: str) -> bool:
+    """Whether the backend registered a boxed fallback for every op without a kernel."""
+    try:
+        key = getattr(torch._C.DispatchKey, dispatch_key)
+    except AttributeError:
+        return False
+    return bool(torch._C._dispatch_has_backend_fallback(key))
+
+
+class LeafRecorder(TorchDispatchMode):
+    """Records the overloads that reach the device (post-composite), in call order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.ops.append(overload_name(func))
+        return func(*args, **(kwargs or {}))
+
+
+def _kind(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return "T"
+    if isinstance(value, bool):
+        return "b"
+    if isinstance(value, int):
+        return "i"
+    if isinstance(value, float):
+        return "f"
+    if isinstance(value, complex):
+        return "c"
+    if value is None:
+        return "N"
+    if isinstance(value, (list, tuple)):
+        return ("L", tuple(_kind(v) for v in value[:8]), len(value) > 8)
+    if isinstance(value, (torch.dtype, torch.device, torch.memory_format, torch.layout, str)):
+        return ("V", str(value))
+    return ("O", type(value).__name__)
+
+
+def signature_of(values: Any) -> Any:
+    """A hashable signature of argument kinds: samples with equal signatures call one overload."""
+    inp, args, kwargs = values
+    return (_kind(inp), tuple(_kind(a) for a in args), tuple(sorted((k, _kind(v)) for k, v in kwargs.items())))
+
+
+def top_level_overloads(fn: Any, values: Any) -> list[str]:
+    """Overloads ``fn(*values)`` calls at the top level (before composite decomposition)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    inp, args, kwargs = values
+    tensors: list[torch.Tensor] = []
+
+    def collect(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            tensors.append(v)
+            return ("__t__", len(tensors) - 1)
+        if isinstance(v, tuple):
+            return tuple(collect(x) for x in v)
+        if isinstance(v, list):
+            return [collect(x) for x in v]
+        if isinstance(v, dict):
+            return {k: collect(x) for k, x in v.items()}
+        return v
+
+    skeleton = collect((inp, args, kwargs))
+
+    def rebuild(v: Any, ts: Any) -> Any:
+        if isinstance(v, tuple) and len(v) == 2 and v[0] == "__t__":
+            return ts[v[1]]
+        if isinstance(v, tuple):
+            return tuple(rebuild(x, ts) for x in v)
+        if isinstance(v, list):
+            return [rebuild(x, ts) for x in v]
+        if isinstance(v, dict):
+            return {k: rebuild(x, ts) for k, x in v.items()}
+        return v
+
+    def traced(*ts: torch.Tensor) -> Any:
+        i, a, k = rebuild(skeleton, ts)
+        return fn(i, *a, **k)
+
+    gm = make_fx(traced, pre_dispatch=True)(*[t.clone() for t in tensors])
+    out = []
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+            out.append(overload_name(node.target))
+    return out
+
+
+def primary_overload(calls: list[str]) -> str | None:
+    """The overload that names a sample's cell: the first call that is not a trivial op."""
+    for name in calls:
+        if name not in TRIVIAL_OPS:
+            return name
+    return calls[0] if calls else None
