@@ -1,0 +1,75 @@
+"""`opmatrix gate` in a real subprocess: exit codes, outputs, invalid input."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from opmatrix.schema import dump_model
+
+from .conftest import ROOT, run_cli
+from .test_gate_support import g1_matrix, g2_matrix
+
+CONTRACTS = ROOT / "ci" / "contracts"
+
+
+def _write(tmp_path: Path, name: str, model) -> str:
+    path = tmp_path / name
+    dump_model(model, path, command="tests/test_gate_cli.py")
+    return str(path)
+
+
+def test_gate_passes_and_writes_outputs(tmp_path: Path) -> None:
+    """g2 passes its contract: exit 0, verdict printed, JUnit / summary / JSON written."""
+    m = _write(tmp_path, "g2.yaml", g2_matrix())
+    out = run_cli("gate", "--matrix", m, "--contract", str(CONTRACTS / "refaccel-g2.yaml"),
+                  "--junit", str(tmp_path / "j.xml"), "--summary", str(tmp_path / "s.md"),
+                  "--json", str(tmp_path / "r.json"), "--today", "2026-12-01")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.startswith("opmatrix gate: PASS (refaccel g2, release 0.2, level 2 promised)")
+    assert ET.parse(tmp_path / "j.xml").getroot().tag == "testsuites"
+    assert (tmp_path / "s.md").read_text().startswith("## ✅ opmatrix gate: PASS")
+    assert json.loads((tmp_path / "r.json").read_text())["verdict"] == "pass"
+
+
+def test_gate_blocks_g1_naming_cells(tmp_path: Path) -> None:
+    """g1 is blocked: exit 1, stdout names the bf16 and the wrong-values cells."""
+    m = _write(tmp_path, "g1.yaml", g1_matrix())
+    out = run_cli("gate", "--matrix", m, "--contract", str(CONTRACTS / "refaccel-g1.yaml"))
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "L2.ops.float-compute: aten.add.Tensor bfloat16 rank 0 contiguous eager: path rejected" in out.stdout
+    assert "L2.ops.strided-inputs: aten.mul.Tensor float32 rank 1 noncontiguous eager: outcome wrong" in out.stdout
+
+
+def test_gate_json_to_stdout(tmp_path: Path) -> None:
+    """``--json`` without a file prints only the JSON result."""
+    m = _write(tmp_path, "g1.yaml", g1_matrix())
+    out = run_cli("gate", "--matrix", m, "--contract", str(CONTRACTS / "refaccel-g1.yaml"), "--json")
+    assert out.returncode == 1
+    assert json.loads(out.stdout)["verdict"] == "blocked"
+
+
+def test_misspelled_contract_field_exits_2_naming_the_field(tmp_path: Path) -> None:
+    """``levle:`` instead of ``level:`` exits 2 with file:line: path: message."""
+    text = (CONTRACTS / "refaccel-g2.yaml").read_text()
+    assert "\nlevel: 2\n" in text
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text.replace("\nlevel: 2\n", "\nlevle: 2\n"))
+    m = _write(tmp_path, "g2.yaml", g2_matrix())
+    out = run_cli("gate", "--matrix", m, "--contract", str(bad))
+    assert out.returncode == 2, out.stdout + out.stderr
+    line = text.splitlines().index("level: 2") + 1
+    assert f"{bad}:{line}: levle: unknown field 'levle'; did you mean 'level'?" in out.stderr
+    assert ": level: required field is missing" in out.stderr
+    assert out.stdout == ""
+
+
+def test_invalid_matrix_and_today_exit_2(tmp_path: Path) -> None:
+    """A missing matrix file or a malformed --today is invalid input."""
+    contract = str(CONTRACTS / "refaccel-g2.yaml")
+    missing = run_cli("gate", "--matrix", str(tmp_path / "nope.yaml"), "--contract", contract)
+    assert missing.returncode == 2 and f"{tmp_path / 'nope.yaml'}: no such file" in missing.stderr
+    m = _write(tmp_path, "g2.yaml", g2_matrix())
+    today = run_cli("gate", "--matrix", m, "--contract", contract, "--today", "tomorrow")
+    assert today.returncode == 2 and "--today: 'tomorrow' is not a date; expected YYYY-MM-DD" in today.stderr

@@ -1,0 +1,73 @@
+"""Waivers: active ones waive matching findings, expired ones block, unmatched ones are stale."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from opmatrix.ci import CellStatus, Status, Verdict, WaiverState, evaluate_contract
+
+from .test_gate_support import TODAY, checks, contract, entry, matrix, op_req, waiver
+
+BF16_REJECTED = {"aten.mm.default": [entry(("float32",), (2, 2)), entry(("bfloat16",), (2, 2), path="rejected")]}
+MM = [op_req(["aten.mm.default"], ("float32", "bfloat16"), name="mm")]
+
+
+def test_active_waiver_waives_the_cell() -> None:
+    """The failing bf16 cell is waived: requirement waived, gate passes, waiver active."""
+    result = evaluate_contract(matrix(BF16_REJECTED), contract(MM, waivers=[waiver("aten.mm.*", dtype="bfloat16")]), today=TODAY)
+    req = next(r for r in result.requirements if r.id == "L2.ops.mm")
+    assert result.verdict is Verdict.passed and req.status is Status.waived and req.waived == 1
+    assert [w.state for w in result.waivers] == [WaiverState.active]
+
+
+def test_expired_waiver_blocks() -> None:
+    """An expired waiver waives nothing, says so on the cell, and blocks by itself."""
+    expired = waiver("aten.mm.*", expires=dt.date(2026, 11, 30), dtype="bfloat16")
+    result = evaluate_contract(matrix(BF16_REJECTED), contract(MM, waivers=[expired]), today=TODAY)
+    assert result.verdict is Verdict.blocked
+    assert result.waivers[0].state is WaiverState.expired and result.waivers[0].matched == 1
+    assert (
+        "waivers: waiver #0 (aten.mm.*, owner kernels@example.com) expired on 2026-11-30: renew it or remove it"
+        in result.blocking
+    )
+    cell = next(c for r in result.requirements for c in r.cells if c.status is CellStatus.failed)
+    assert cell.reason.endswith("(waiver #0 expired on 2026-11-30)")
+
+
+def test_expired_waiver_blocks_even_when_everything_passes() -> None:
+    """Expiry forces the contract to be cleaned up even when the defect is gone."""
+    ok = {"aten.mm.default": [entry(("float32", "bfloat16"), (2, 2))]}
+    result = evaluate_contract(matrix(ok), contract(MM, waivers=[waiver("aten.mm.*", expires=dt.date(2026, 1, 1))]), today=TODAY)
+    assert result.verdict is Verdict.blocked and result.blocking[0].startswith("waivers: waiver #0")
+
+
+def test_waiver_valid_through_its_expiry_date() -> None:
+    """A waiver expiring today still holds."""
+    w = waiver("aten.mm.*", expires=TODAY, dtype="bfloat16")
+    assert evaluate_contract(matrix(BF16_REJECTED), contract(MM, waivers=[w]), today=TODAY).passed
+
+
+def test_stale_waiver_reported_not_blocking() -> None:
+    """A waiver that matches nothing is stale: listed in the summary, the gate still passes."""
+    ok = {"aten.mm.default": [entry(("float32", "bfloat16"), (2, 2))]}
+    stale = waiver("aten.softmax.*", layout="transposed")
+    result = evaluate_contract(matrix(ok), contract(MM, waivers=[stale]), today=TODAY)
+    assert result.verdict is Verdict.passed
+    assert result.waivers[0].state is WaiverState.stale and result.waivers[0].matched == 0
+
+
+def test_waiver_fields_narrow_the_match() -> None:
+    """A waiver for another rank or layout does not cover the failing cell."""
+    for kw in ({"rank": 3}, {"layout": "transposed"}, {"mode": "compile"}, {"path": "fallback"}, {"dtype": "float32"}):
+        result = evaluate_contract(matrix(BF16_REJECTED), contract(MM, waivers=[waiver("aten.mm.*", **kw)]), today=TODAY)
+        assert result.verdict is Verdict.blocked, kw
+        assert result.waivers[0].state is WaiverState.stale, kw
+
+
+def test_runtime_check_waived_by_check_name() -> None:
+    """``op: check:<name>`` waives a failing runtime check."""
+    m = matrix(BF16_REJECTED, runtime_checks=checks(failed=["serialization"]))
+    c = contract([op_req(["aten.mm.default"])], waivers=[waiver("check:serialization")])
+    result = evaluate_contract(m, c, today=TODAY)
+    assert result.verdict is Verdict.passed
+    assert next(r for r in result.requirements if r.id == "L1.check.serialization").status is Status.waived
