@@ -22,7 +22,14 @@ setup: $(STAMP)
 demo: setup
 	@bash bench/demo.sh "$(OPM)" "$(OUT)"
 
-test: setup
+# The browser tests drive Debian's chromium (never a downloaded browser); runs as root on CI machines.
+browser-deps:
+	@if [ ! -x /usr/bin/chromium ]; then \
+	  echo "installing Debian chromium for the browser tests"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	fi
+
+test: setup browser-deps
 	$(PY) -m pytest -q
 
 lint: setup

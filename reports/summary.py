@@ -1,0 +1,224 @@
+"""What the pages show, computed from a matrix: path legend, coverage counts, the op x dtype grid.
+
+An operator x dtype grid cell stands for many probed cells (ranks x layouts x conditions). It
+shows the path most of them took (ties go to the worse path) as a letter, the other paths seen as
+small letters beside it, and a tooltip with the rank and layout detail of every entry::
+
+    >>> PATH_SYMBOL[ExecPath.fallback]
+    'F'
+
+Grid cells summarise eager-mode entries; an (op, dtype) probed only through ``torch.compile``
+shows its compile-mode entries instead, and says so in its tooltip. Coverage counts are plain
+cell counts over every entry, so they add up to ``Matrix.cell_count()``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from opmatrix.schema import DEFAULT_DTYPES, DType, Entry, ExecPath, FallbackState, Matrix, Mode, Outcome
+from opmatrix.schema.conditions import describe
+from opmatrix.schema.enums import DTYPES
+
+__all__ = [
+    "PATHS",
+    "PATH_SYMBOL",
+    "PATH_MEANING",
+    "Coverage",
+    "GridCell",
+    "OpRow",
+    "coverage",
+    "dtype_columns",
+    "entry_cells",
+    "grid_rows",
+    "op_counts",
+    "ranks_text",
+]
+
+PATHS: tuple[ExecPath, ...] = tuple(ExecPath)
+
+#: One letter per path, so that the grid never relies on colour alone.
+PATH_SYMBOL: dict[ExecPath, str] = {
+    ExecPath.native: "N",
+    ExecPath.composite: "C",
+    ExecPath.decomposed: "D",
+    ExecPath.fallback: "F",
+    ExecPath.rejected: "R",
+}
+
+PATH_MEANING: dict[ExecPath, str] = {
+    ExecPath.native: "a kernel registered for the backend ran",
+    ExecPath.composite: "PyTorch's composite implementation ran as ops the backend executes",
+    ExecPath.decomposed: "eager unavailable; the backend's compile path runs it (graph only)",
+    ExecPath.fallback: "the call or a component op ran on the host (CPU fallback)",
+    ExecPath.rejected: "failed cleanly with an actionable error",
+}
+
+#: Most lines a grid tooltip shows before it says how many more there are.
+_TOOLTIP_LINES = 6
+
+
+def entry_cells(entry: Entry) -> int:
+    """Cells of one entry for one of its dtypes (ranks x layouts)."""
+    return len(entry.ranks.ranks()) * len(entry.layouts)
+
+
+def ranks_text(entry: Entry) -> str:
+    """``rank 3`` or ``ranks 1-5``."""
+    lo, hi = entry.ranks.min, entry.ranks.max
+    return f"rank {lo}" if lo == hi else f"ranks {lo}\u2013{hi}"
+
+
+def dtype_columns(matrix: Matrix) -> list[DType]:
+    """The dtypes present in the matrix, in the order of the default probe list, then the rest."""
+    present = {d for entries in matrix.operators.values() for e in entries for d in e.dtypes}
+    order = list(DEFAULT_DTYPES) + [d for d in DTYPES if d not in DEFAULT_DTYPES]
+    return [DType(d) for d in order if DType(d) in present]
+
+
+@dataclass
+class Coverage:
+    """Probed cells per dtype per path, and outcome totals."""
+
+    dtypes: list[DType]
+    counts: dict[DType, Counter[ExecPath]]
+    outcomes: Counter[Outcome] = field(default_factory=Counter)
+    fallback_observed: int = 0
+
+    def count(self, dtype: DType, path: ExecPath) -> int:
+        """Cells of ``dtype`` that took ``path``."""
+        return self.counts[dtype][path]
+
+    def dtype_total(self, dtype: DType) -> int:
+        """All cells of ``dtype``."""
+        return sum(self.counts[dtype].values())
+
+    def path_total(self, path: ExecPath) -> int:
+        """All cells that took ``path``."""
+        return sum(c[path] for c in self.counts.values())
+
+    @property
+    def total(self) -> int:
+        """All probed cells."""
+        return sum(self.dtype_total(d) for d in self.dtypes)
+
+    @property
+    def wrong(self) -> int:
+        """Cells that ran with numerics outside tolerance."""
+        return self.outcomes[Outcome.wrong]
+
+    @property
+    def faults(self) -> int:
+        """Cells whose probe crashed, hung, ran out of memory, poisoned the device or errored."""
+        return sum(n for outcome, n in self.outcomes.items() if outcome.is_fault)
+
+
+def coverage(matrix: Matrix) -> Coverage:
+    """Count the matrix's cells per dtype and path (every mode), and per outcome."""
+    dtypes = dtype_columns(matrix)
+    counts: dict[DType, Counter[ExecPath]] = {d: Counter() for d in dtypes}
+    outcomes: Counter[Outcome] = Counter()
+    observed = 0
+    for entries in matrix.operators.values():
+        for entry in entries:
+            n = entry_cells(entry)
+            for dtype in entry.dtypes:
+                counts[dtype][entry.path] += n
+            outcomes[entry.outcome] += n * len(entry.dtypes)
+            if entry.fallback.state is FallbackState.observed:
+                observed += n * len(entry.dtypes)
+    return Coverage(dtypes=dtypes, counts=counts, outcomes=outcomes, fallback_observed=observed)
+
+
+@dataclass(frozen=True)
+class GridCell:
+    """One operator x dtype square of the grid."""
+
+    primary: ExecPath
+    others: tuple[ExecPath, ...]
+    wrong: bool
+    fault: bool
+    fallback: bool
+    title: str
+
+    @property
+    def paths(self) -> str:
+        """Every path seen, space separated (the filter reads it)."""
+        return " ".join(p.value for p in sorted((self.primary, *self.others)))
+
+
+@dataclass(frozen=True)
+class OpRow:
+    """One operator: its page and a grid cell per dtype column (None: not probed)."""
+
+    name: str
+    page: str
+    cells: tuple[GridCell | None, ...]
+
+
+def _entry_line(entry: Entry) -> str:
+    parts = [entry.path.value]
+    if entry.outcome is not Outcome.ok:
+        parts[0] += f" ({entry.outcome.value})"
+    parts.append(ranks_text(entry))
+    parts.append(", ".join(layout.value for layout in entry.layouts))
+    if entry.conditions:
+        parts.append(describe(entry.conditions))
+    if entry.fallback.state is FallbackState.observed:
+        parts.append("host fallback observed")
+    if entry.mode is Mode.compile:
+        parts.append("compile")
+    return " \u00b7 ".join(parts)
+
+
+def _grid_cell(op: str, dtype: DType, entries: Sequence[Entry]) -> GridCell:
+    eager = [e for e in entries if e.mode is Mode.eager]
+    shown = eager or list(entries)
+    weight: Counter[ExecPath] = Counter()
+    for entry in shown:
+        weight[entry.path] += entry_cells(entry)
+    # most cells wins; on a tie the worse path, so a summary never flatters the backend
+    primary = max(weight, key=lambda p: (weight[p], p.rank))
+    others = tuple(sorted(p for p in weight if p is not primary))
+    lines = [f"{op} \u00b7 {dtype.value}" + ("" if eager else " (compile mode only)")]
+    body = sorted(shown, key=lambda e: (e.path.rank, e.ranks.min, e.ranks.max))
+    lines += [_entry_line(e) for e in body[:_TOOLTIP_LINES]]
+    if len(body) > _TOOLTIP_LINES:
+        lines.append(f"\u2026 {len(body) - _TOOLTIP_LINES} more on the operator page")
+    return GridCell(
+        primary=primary,
+        others=others,
+        wrong=any(e.outcome is Outcome.wrong for e in shown),
+        fault=any(e.outcome.is_fault for e in shown),
+        fallback=any(e.path is ExecPath.fallback or e.fallback.state is FallbackState.observed for e in shown),
+        title="\n".join(lines),
+    )
+
+
+def grid_rows(matrix: Matrix, dtypes: Iterable[DType], pages: dict[str, str]) -> list[OpRow]:
+    """One row per operator, sorted by name, one cell per dtype column."""
+    columns = list(dtypes)
+    rows = []
+    for op in sorted(matrix.operators):
+        by_dtype: dict[DType, list[Entry]] = defaultdict(list)
+        for entry in matrix.operators[op]:
+            for dtype in entry.dtypes:
+                by_dtype[dtype].append(entry)
+        cells = tuple(_grid_cell(op, d, by_dtype[d]) if d in by_dtype else None for d in columns)
+        rows.append(OpRow(name=op, page=pages[op], cells=cells))
+    return rows
+
+
+def op_counts(entries: Sequence[Entry], dtypes: Iterable[DType]) -> list[tuple[str, Counter[ExecPath], int]]:
+    """Per dtype (in column order) of one operator: cells per path and wrong cells."""
+    paths: dict[DType, Counter[ExecPath]] = defaultdict(Counter)
+    wrong: Counter[DType] = Counter()
+    for entry in entries:
+        n = entry_cells(entry)
+        for dtype in entry.dtypes:
+            paths[dtype][entry.path] += n
+            if entry.outcome is Outcome.wrong:
+                wrong[dtype] += n
+    return [(d.value, paths[d], wrong[d]) for d in dtypes if d in paths]

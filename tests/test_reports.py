@@ -1,0 +1,220 @@
+"""The HTML support site: counts that add up, safe text, deterministic files, diff and gate pages."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from opmatrix.reports import render_site
+from opmatrix.reports.gate import gate_view
+from opmatrix.reports.names import page_names
+from opmatrix.reports.summary import coverage
+from opmatrix.reports.synthetic import HOSTILE, synthetic_matrix
+from opmatrix.schema import Entry, ErrorInfo, ExecPath, FallbackEvidence, FallbackState, Matrix, load_matrix
+
+from .conftest import EXAMPLES, run_cli
+
+PATHS = ["native", "composite", "decomposed", "fallback", "rejected"]
+
+
+def _cell_counts(matrix: Matrix) -> Counter[tuple[str, str]]:
+    """(dtype, path) -> cells, by expanding every entry (independent of the report's arithmetic)."""
+    counts: Counter[tuple[str, str]] = Counter()
+    for entries in matrix.operators.values():
+        for entry in entries:
+            for dtype, _rank, _layout, _mode in entry.cells():
+                counts[(dtype.value, entry.path.value)] += 1
+    return counts
+
+
+def _shown_counts(index_html: str) -> dict[tuple[str, str], int]:
+    found = re.findall(r'<td class="num" data-dtype="([^"]+)" data-path="([^"]+)">(\d+)</td>', index_html)
+    return {(d, p): int(n) for d, p, n in found}
+
+
+@pytest.fixture(scope="module")
+def hostile_matrix() -> Matrix:
+    return synthetic_matrix(n_ops=40, seed=3, hostile=True)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory, hostile_matrix: Matrix) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    render_site(hostile_matrix, out, baseline=synthetic_matrix(n_ops=40, seed=4), command="opmatrix report m.yaml --out site")
+    return out
+
+
+def test_coverage_counts_equal_the_expanded_cells(hostile_matrix: Matrix):
+    """The coverage numbers are the matrix's cells, per dtype and path, adding up to cell_count()."""
+    cov = coverage(hostile_matrix)
+    expected = _cell_counts(hostile_matrix)
+    got = Counter({(d.value, p.value): cov.count(d, p) for d in cov.dtypes for p in ExecPath if cov.count(d, p)})
+    assert got == expected
+    assert cov.total == hostile_matrix.cell_count()
+
+
+def test_index_shows_the_matrix_counts_and_every_path(site: Path, hostile_matrix: Matrix):
+    """The index's coverage table is the matrix's counts; the five paths are all named."""
+    html = (site / "index.html").read_text()
+    shown = {k: v for k, v in _shown_counts(html).items() if v}
+    assert shown == dict(_cell_counts(hostile_matrix))
+    assert f'<td class="num" id="cells-total">{hostile_matrix.cell_count()}</td>' in html
+    for path in PATHS:
+        assert f'<span class="swatch p-{path}">' in html, path
+    assert html.count("<tr data-op=") == len(hostile_matrix.operators)
+
+
+def test_hostile_strings_render_as_text(site: Path):
+    """An op name and an error message carrying markup never reach a page as markup."""
+    pages = sorted(site.rglob("*.html"))
+    assert len(pages) > 40
+    for page in pages:
+        text = page.read_text()
+        assert "<script>alert" not in text, page
+        assert "</textarea>" not in text, page
+        assert len(re.findall(r"<script\b", text)) <= 1, page  # only our own site.js
+    index = (site / "index.html").read_text()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;&#34;&#39;&lt;/textarea&gt;" in index
+    hostile_pages = [p for p in (site / "ops").iterdir() if "script" in p.name]
+    assert len(hostile_pages) == 1
+    assert re.fullmatch(r"[A-Za-z0-9._-]+\.html", hostile_pages[0].name)
+    op_page = hostile_pages[0].read_text()
+    assert "<pre>&lt;script&gt;alert(1)&lt;/script&gt;" in op_page
+
+
+def test_page_names_are_safe_unique_and_stable():
+    """Page names keep readable names, hash the rest, and never collide, even ignoring case."""
+    names = ["aten.add.Tensor", "aten.add.tensor", "aten.<script>.x", "aten./etc/passwd", "..", "a" * 300, "aten.a b"]
+    pages = page_names(names)
+    assert pages["aten.<script>.x"] != pages["aten./etc/passwd"]
+    assert len({p.casefold() for p in pages.values()}) == len(names)
+    for page in pages.values():
+        assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*\.html", page) and len(page) < 120, page
+    assert page_names(["aten.softmax.int"]) == {"aten.softmax.int": "aten.softmax.int.html"}
+    assert page_names(reversed(names)) == pages
+
+
+def test_output_is_deterministic_and_written_only_when_changed(tmp_path: Path):
+    """A second render writes nothing; pages carry the regenerating command; stale pages go."""
+    matrix = synthetic_matrix(n_ops=12, seed=5)
+    first = render_site(matrix, tmp_path, command="opmatrix report m.yaml --out site")
+    assert first.written
+    before = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in tmp_path.rglob("*") if p.is_file()}
+    second = render_site(matrix, tmp_path, command="opmatrix report m.yaml --out site")
+    assert second.written == [] and second.unchanged == len(before)
+    assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in tmp_path.rglob("*") if p.is_file()} == before
+    for page in tmp_path.rglob("*.html"):
+        assert "<!-- Generated by: opmatrix report m.yaml --out site. Regenerate it with the same command" in page.read_text()
+    fewer = Matrix.model_validate({**matrix.model_dump(), "operators": dict(list(matrix.operators.items())[:5])})
+    third = render_site(fewer, tmp_path, command="x")
+    assert len(third.removed) == 7 and len(list((tmp_path / "ops").glob("*.html"))) == 5
+
+
+def test_only_evidence_timestamps(site: Path, hostile_matrix: Matrix):
+    """Nothing clock-like appears in the site except the evidence block's own timestamps."""
+    stamps = set()
+    for page in site.rglob("*.html"):
+        stamps |= set(re.findall(r"\d{4}-\d\d-\d\dT\d\d:\d\d(?::\d\d)?Z?", page.read_text()))
+    assert stamps == {hostile_matrix.evidence.started, hostile_matrix.evidence.finished}
+
+
+def test_site_needs_no_network(site: Path):
+    """No page or asset loads anything from a remote address."""
+    for path in site.rglob("*"):
+        if path.is_file():
+            text = path.read_text()
+            assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", text), path
+            assert "@import" not in text and "url(http" not in text, path
+
+
+def _with(matrix: Matrix, op: str, **changes: object) -> Matrix:
+    entries = [e.model_copy(update=changes) for e in matrix.operators[op]]
+    return matrix.model_copy(update={"operators": {**matrix.operators, op: entries}})
+
+
+def test_diff_page_lists_better_worse_new_and_removed(tmp_path: Path, example_matrix_path: Path):
+    """Going native -> fallback is worse, rejected -> native better; added and dropped ops show up."""
+    base = load_matrix(example_matrix_path)
+    op = "aten.softmax.int"
+    entries = list(base.operators[op])
+    worse = entries[0].model_copy(
+        update={"path": ExecPath.fallback, "fallback": FallbackEvidence(state=FallbackState.observed, ops=["aten._softmax.default"])}
+    )
+    better = entries[3].model_copy(update={"path": ExecPath.native, "error": None})
+    current = base.model_copy(
+        update={"operators": {op: [worse, entries[1], entries[2], better], "aten.mm.default": [entries[1]]}}
+    )
+    base = base.model_copy(update={"operators": {**base.operators, "aten.add.Tensor": [entries[2]]}})
+    render_site(current, tmp_path, baseline=base)
+    html = (tmp_path / "diff.html").read_text()
+    assert '<b id="n-worse">8</b>' in html  # 2 dtypes x 4 ranks x 1 layout
+    assert '<b id="n-better">5</b>' in html
+    assert '<b id="n-new">8</b>' in html
+    assert '<b id="n-removed">16</b>' in html
+    worse_section = html.split('id="worse"')[1].split("</section>")[0]
+    # a cell compares by its worst entry: dim=first was composite, so composite -> fallback
+    assert "<td>composite</td><td>fallback</td>" in worse_section and "2\u20135" in worse_section
+    assert '<a href="diff.html">Changes</a>' in (tmp_path / "index.html").read_text()
+    render_site(current, tmp_path)
+    assert not (tmp_path / "diff.html").exists()
+
+
+@pytest.mark.parametrize(
+    ("data", "verdict", "passed", "rows"),
+    [
+        ({"verdict": "blocked", "requirements": [{"name": "level 2", "status": "fail", "detail": {"ops": 3}}]}, "blocked", False, 1),
+        ({"passed": True, "results": [{"requirement": "r", "passed": True}, {"requirement": "s", "passed": True}]}, "pass", True, 2),
+        ({"verdict": "PASS"}, "PASS", True, 0),
+        ({}, "unknown", None, 0),
+        (["not", "a", "mapping"], "unreadable", None, 0),
+    ],
+)
+def test_gate_view_reads_any_reasonable_shape(data: object, verdict: str, passed: bool | None, rows: int):
+    view = gate_view(data)
+    assert (view.verdict, view.passed, len(view.rows)) == (verdict, passed, rows)
+
+
+def test_gate_verdict_on_the_index(tmp_path: Path, example_matrix_path: Path):
+    """`--gate RESULT.json` puts the verdict and the requirement table on the index, as text."""
+    gate = {"verdict": "blocked", "level": 2, "requirements": [{"name": HOSTILE, "status": "fail", "message": "float64 rejected"}]}
+    (tmp_path / "gate.json").write_text(json.dumps(gate))
+    proc = run_cli("report", str(example_matrix_path), "--gate", str(tmp_path / "gate.json"), "--out", str(tmp_path / "s"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str(tmp_path / "s" / "index.html")
+    html = (tmp_path / "s" / "index.html").read_text()
+    assert 'class="gate fail"' in html and '<span class="verdict">blocked</span>' in html
+    assert '<tr class="tone-fail"><td>2</td>' not in html  # level is a scalar field, not a column
+    assert "<td>float64 rejected</td>" in html and "<script>alert" not in html
+
+
+def test_cli_rejects_bad_inputs_with_exit_2(tmp_path: Path, example_matrix_path: Path):
+    """A broken matrix or gate file is invalid input: exit 2 and a message naming the file."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("schema_version: 1\nbackend: {name: x}\n")
+    proc = run_cli("report", str(bad), "--out", str(tmp_path / "s"))
+    assert proc.returncode == 2 and str(bad) in proc.stderr
+    gate = tmp_path / "gate.json"
+    gate.write_text("{not json")
+    proc = run_cli("report", str(example_matrix_path), "--gate", str(gate), "--out", str(tmp_path / "s"))
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"{gate}:1: not JSON: Expecting property name enclosed in double quotes"
+
+
+def test_full_size_index_stays_under_3_mb(tmp_path: Path):
+    """The index of a matrix the size of all of OpInfo x 11 dtypes stays under 3 MB."""
+    render_site(synthetic_matrix(n_ops=700), tmp_path)
+    assert (tmp_path / "index.html").stat().st_size < 3_000_000
+
+
+def test_example_matrix_site(tmp_path: Path):
+    """The seed example renders: its rejected float64 cells show the error text on the op page."""
+    matrix = load_matrix(EXAMPLES / "softmax-matrix.yaml")
+    render_site(matrix, tmp_path)
+    page = (tmp_path / "ops" / "aten.softmax.int.html").read_text()
+    assert "does not support dtype float64" in page
+    assert '<span id="op-cells">37</span>' in page
+    assert isinstance(matrix.operators["aten.softmax.int"][3].error, ErrorInfo)
+    assert all(isinstance(e, Entry) for e in matrix.operators["aten.softmax.int"])

@@ -1,0 +1,217 @@
+"""The support site in a real browser: Debian's Chromium, headless, driven by Playwright.
+
+Never downloads a browser: Chromium comes from apt (``make browser-deps``). When it is missing
+these tests fail and say how to install it, rather than skipping and passing silently.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from opmatrix.reports import render_site
+from opmatrix.reports.names import page_names
+from opmatrix.reports.synthetic import HOSTILE, synthetic_matrix
+from opmatrix.schema import Entry, ExecPath, Matrix, Mode, Outcome
+
+from .conftest import ROOT
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = os.environ.get("OPMATRIX_CHROMIUM", "/usr/bin/chromium")
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(
+            f"Chromium is missing at {CHROMIUM}: the browser tests need Debian's chromium. "
+            "Install it with `make browser-deps` (apt-get install chromium); never download a browser.",
+            pytrace=False,
+        )
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail("the Python package playwright is missing: pip install -e '.[test]'", pytrace=False)
+    with sync_playwright() as pw:
+        instance = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield instance
+        instance.close()
+
+
+class Watched:
+    """A page plus everything that went wrong on it: console errors, page errors, dialogs."""
+
+    def __init__(self, page: object) -> None:
+        self.page = page
+        self.errors: list[str] = []
+        self.dialogs: list[str] = []
+        page.on("console", lambda m: self.errors.append(f"console.{m.type}: {m.text}") if m.type == "error" else None)
+        page.on("pageerror", lambda e: self.errors.append(f"pageerror: {e}"))
+        page.on("requestfailed", lambda r: self.errors.append(f"request failed: {r.url}"))
+
+        def on_dialog(dialog: object) -> None:
+            self.dialogs.append(dialog.message)
+            dialog.dismiss()
+
+        page.on("dialog", on_dialog)
+
+    def clean(self) -> None:
+        assert self.errors == [], self.errors
+        assert self.dialogs == [], f"a dialog fired: {self.dialogs}"
+
+
+@pytest.fixture
+def page(browser: object) -> Iterator[Watched]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    watched = Watched(context.new_page())
+    yield watched
+    context.close()
+
+
+@pytest.fixture(scope="module")
+def matrix() -> Matrix:
+    return synthetic_matrix(n_ops=60, seed=7, hostile=True)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory, matrix: Matrix) -> Path:
+    out = tmp_path_factory.mktemp("browser-site")
+    render_site(matrix, out, baseline=synthetic_matrix(n_ops=60, seed=8), command="opmatrix report m.yaml --out site")
+    return out
+
+
+def _shot(watched: Watched, name: str, full_page: bool = False) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    watched.page.screenshot(path=str(ARTIFACTS / name), full_page=full_page)
+
+
+def _shown_entries(entries: list[Entry]) -> list[Entry]:
+    eager = [e for e in entries if e.mode is Mode.eager]
+    return eager or entries
+
+
+def _grid_matches(matrix: Matrix, test: object) -> set[str]:
+    """Ops with at least one grid square (op x dtype, eager entries first) satisfying ``test``."""
+    out = set()
+    for op, entries in matrix.operators.items():
+        dtypes = {d for e in entries for d in e.dtypes}
+        for d in dtypes:
+            if any(test(e) for e in _shown_entries([e for e in entries if d in e.dtypes])):
+                out.add(op)
+    return out
+
+
+def _visible_ops(watched: Watched) -> set[str]:
+    return set(watched.page.eval_on_selector_all("#grid tbody tr:not([hidden])", "rows => rows.map(r => r.dataset.op)"))
+
+
+def test_index_opens_from_file_with_the_matrix_counts(page: Watched, site: Path, matrix: Matrix):
+    """From file://: no console error, the coverage numbers equal the matrix's, every op has a row."""
+    page.page.goto((site / "index.html").as_uri())
+    expected: Counter[tuple[str, str]] = Counter()
+    for entries in matrix.operators.values():
+        for e in entries:
+            for dtype, _r, _l, _m in e.cells():
+                expected[(dtype.value, e.path.value)] += 1
+    shown = page.page.eval_on_selector_all(
+        "#coverage-table td[data-path]", "tds => tds.map(td => [td.dataset.dtype, td.dataset.path, td.innerText])"
+    )
+    assert {(d, p): int(n) for d, p, n in shown if n != "0"} == dict(expected)
+    assert page.page.inner_text("#cells-total") == str(matrix.cell_count())
+    assert page.page.inner_text("#n-ops") == str(len(matrix.operators))
+    for path in ExecPath:
+        assert page.page.inner_text(f"[data-path-total={path.value}]") == str(
+            sum(n for (_d, p), n in expected.items() if p == path.value)
+        )
+    assert page.page.inner_text("#f-count") == f"{len(matrix.operators)} of {len(matrix.operators)} operators"
+    assert page.page.is_visible("#filters")
+    legend = page.page.inner_text("#legend")
+    for path in ExecPath:
+        assert path.value in legend
+    _shot(page, "report-index.png", full_page=True)
+    page.clean()
+
+
+def test_filter_by_op_then_open_its_page(page: Watched, site: Path, matrix: Matrix):
+    """Typing an op name filters the grid; its page shows the op's entries and cell counts."""
+    page.page.goto((site / "index.html").as_uri())
+    page.page.fill("#f-op", "SOFTMAX")
+    wanted = {op for op in matrix.operators if "softmax" in op.lower()}
+    assert wanted and _visible_ops(page) == wanted
+    assert page.page.inner_text("#f-count") == f"{len(wanted)} of {len(matrix.operators)} operators"
+    page.page.evaluate("document.getElementById('operators').scrollIntoView()")
+    _shot(page, "report-filtered.png")
+    op = sorted(wanted)[0]
+    page.page.click(f'#grid tr[data-op="{op}"] th a')
+    page.page.wait_for_load_state()
+    assert page.page.url.endswith("/ops/" + page_names(matrix.operators)[op])
+    assert page.page.inner_text("#op-name") == op
+    entries = matrix.operators[op]
+    assert page.page.inner_text("#op-cells") == str(sum(len(list(e.cells())) for e in entries))
+    assert page.page.locator("#entries tbody tr").count() == len(entries)
+    _shot(page, "report-op.png", full_page=True)
+    page.page.go_back()
+    page.page.fill("#f-op", "no-such-op")
+    assert _visible_ops(page) == set() and page.page.is_visible("#f-empty")
+    page.clean()
+
+
+def test_path_dtype_fallback_and_wrong_filters(page: Watched, site: Path, matrix: Matrix):
+    """Path, dtype, "fallback only" and "wrong only" keep exactly the ops that qualify."""
+    page.page.goto((site / "index.html").as_uri())
+    page.page.select_option("#f-path", "decomposed")
+    assert _visible_ops(page) == _grid_matches(matrix, lambda e: e.path is ExecPath.decomposed)
+    page.page.select_option("#f-path", "")
+    page.page.check("#f-wrong")
+    wrong = _grid_matches(matrix, lambda e: e.outcome is Outcome.wrong)
+    assert wrong and _visible_ops(page) == wrong
+    page.page.uncheck("#f-wrong")
+    page.page.check("#f-fallback")
+    fallback = _grid_matches(matrix, lambda e: e.path is ExecPath.fallback or e.fallback.state.value == "observed")
+    assert fallback and _visible_ops(page) == fallback
+    page.page.uncheck("#f-fallback")
+    page.page.select_option("#f-dtype", "bool")
+    assert page.page.eval_on_selector_all("#grid thead th:not([hidden])", "ths => ths.length") == 2
+    assert _visible_ops(page) == set(matrix.operators)
+    page.page.select_option("#f-path", "rejected")
+    rejected_bool = {
+        op for op, es in matrix.operators.items()
+        if any(e.path is ExecPath.rejected for e in _shown_entries([e for e in es if "bool" in e.dtypes]))
+    }
+    assert _visible_ops(page) == rejected_bool
+    page.clean()
+
+
+def test_hostile_strings_stay_text_in_the_browser(page: Watched, site: Path, matrix: Matrix):
+    """A `<script>` in an op name or error message shows as text; no dialog ever fires."""
+    hostile_op = next(op for op in matrix.operators if "<script>" in op)
+    page.page.goto((site / "index.html").as_uri())
+    page.page.fill("#f-op", "<script>")
+    assert _visible_ops(page) == {hostile_op}
+    assert page.page.inner_text("#grid tbody tr:not([hidden]) th a") == hostile_op
+    page.page.click("#grid tbody tr:not([hidden]) th a")
+    page.page.wait_for_load_state()
+    assert page.page.inner_text("#op-name") == hostile_op
+    assert HOSTILE in page.page.inner_text(".error pre")
+    assert page.page.eval_on_selector_all("script", "s => s.length") == 0
+    _shot(page, "report-hostile-op.png", full_page=True)
+    page.clean()
+
+
+def test_diff_page_opens_with_its_counts(page: Watched, site: Path):
+    """diff.html opens cleanly and its section counts agree with its own rows."""
+    page.page.goto((site / "diff.html").as_uri())
+    for section in ("worse", "better", "new", "removed"):
+        rows = page.page.eval_on_selector_all(f"#{section} tbody td.num", "tds => tds.map(t => +t.innerText)")
+        assert int(page.page.inner_text(f"#n-{section}")) == sum(rows)
+    _shot(page, "report-diff.png")
+    page.clean()
