@@ -63,12 +63,33 @@ def collect_cells(tasks: Iterable[TaskRecord]) -> dict[FullKey, CellResult]:
 
 
 def _runtime(given: Runtime | None, records: Iterable[RuntimeRecord]) -> Runtime:
-    checks: dict[str, RuntimeCheck] = {c.name: c for c in (given.checks if given else [])}
-    for record in records:
-        checks.setdefault(record.check.name, record.check)
-    ordered = sorted(checks.values(), key=lambda c: (c.level, c.name))
+    """``given`` completed by the runtime records (sorted by task id): what is given wins."""
     base = given or Runtime()
-    return base.model_copy(update={"checks": ordered})
+    checks: dict[str, RuntimeCheck] = {c.name: c for c in base.checks}
+    devices = {d.index: d for d in base.devices}
+    claimed = list(base.claimed_dtypes)
+    capabilities = dict(base.capabilities)
+    apis = {a.api: a for a in base.apis}
+    for record in records:
+        found = [record.check, *(record.runtime.checks if record.runtime else [])]
+        for check in found:
+            checks.setdefault(check.name, check)
+        if record.runtime is None:
+            continue
+        for device in record.runtime.devices:
+            devices.setdefault(device.index, device)
+        claimed += [d for d in record.runtime.claimed_dtypes if d not in claimed]
+        for name, value in record.runtime.capabilities.items():
+            capabilities.setdefault(name, value)
+        for api in record.runtime.apis:
+            apis.setdefault(api.api, api)
+    return Runtime(
+        devices=[devices[i] for i in sorted(devices)],
+        claimed_dtypes=claimed,
+        capabilities=dict(sorted(capabilities.items())),
+        checks=sorted(checks.values(), key=lambda c: (c.level, c.name)),
+        apis=[apis[name] for name in sorted(apis)],
+    )
 
 
 def build_matrix(
@@ -80,7 +101,8 @@ def build_matrix(
 ) -> Matrix:
     """The schema :class:`~opmatrix.schema.Matrix` for ``records`` (headers are ignored here).
 
-    Runtime checks come from ``runtime`` when given, completed by the journal's runtime records.
+    Runtime data comes from ``runtime`` when given, completed by the journal's runtime records
+    (their checks, devices, claimed dtypes, capabilities and API coverage; the given data wins).
     Task ids must be unique (:func:`read_journal` and ``merge_records`` make them so); a
     duplicate raises ``ValueError`` because keeping one of them would depend on record order.
     """

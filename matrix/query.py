@@ -49,8 +49,17 @@ class UnknownOperatorError(KeyError):
         return str(self.args[0])
 
 
+#: common names people type for a value opmatrix spells differently (hints only, never accepted)
+_ALIASES = {
+    "strided": "noncontiguous", "nhwc": "channels_last", "channels-last": "channels_last",
+    "bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32",
+    "fp64": "float64", "double": "float64", "int": "int64", "long": "int64",
+}
+
+
 def _close(word: str, choices: frozenset[str] | list[str], what: str) -> str:
-    close = difflib.get_close_matches(word, sorted(choices), n=1)
+    alias = _ALIASES.get(word.lower())
+    close = [alias] if alias in choices else difflib.get_close_matches(word, sorted(choices), n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     return f"unknown {what} {word!r}{hint} (one of {', '.join(sorted(choices))})"
 

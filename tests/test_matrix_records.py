@@ -15,6 +15,7 @@ from opmatrix.schema import (
     BackendId,
     CellRecord,
     CellResult,
+    DeviceInfo,
     ErrorInfo,
     Evidence,
     ExecPath,
@@ -22,6 +23,7 @@ from opmatrix.schema import (
     JournalHeader,
     Numerics,
     Outcome,
+    Runtime,
     RuntimeCheck,
     RuntimeRecord,
     Samples,
@@ -157,6 +159,22 @@ def test_build_does_not_depend_on_record_order():
             if isinstance(t, TaskRecord):  # cell order inside a task must not matter either
                 rng.shuffle(t.cells)
         assert build(shuffled) == expected
+
+
+def test_runtime_records_complete_the_given_runtime():
+    found = Runtime(devices=[DeviceInfo(index=1, name="b"), DeviceInfo(index=0, name="a")],
+                    claimed_dtypes=["bfloat16", "float32"], capabilities={"tf32": False})
+    records = [
+        RuntimeRecord(task="runtime|devices", check=RuntimeCheck(name="devices", level=0, result="pass"),
+                      runtime=found),
+        RuntimeRecord(task="runtime|fork", check=RuntimeCheck(name="fork_after_init", level=1, result="fail")),
+    ]
+    given = Runtime(claimed_dtypes=["float32"], capabilities={"tf32": True})
+    rt = build_matrix(records, backend=BACKEND, evidence=EVIDENCE, runtime=given).runtime
+    assert [c.name for c in rt.checks] == ["devices", "fork_after_init"]
+    assert [d.name for d in rt.devices] == ["a", "b"]
+    assert [d.value for d in rt.claimed_dtypes] == ["float32", "bfloat16"]
+    assert rt.capabilities == {"tf32": True}
 
 
 def test_duplicate_task_ids_are_refused_by_build():

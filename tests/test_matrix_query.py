@@ -1,0 +1,106 @@
+"""The query API: answers for probed cells, ``unknown`` for the rest, argument conditions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from opmatrix.matrix import UNKNOWN, Matrix, UnknownOperatorError, build_matrix
+from opmatrix.schema import DType, ExecPath, Layout, Outcome
+
+from .test_matrix_records import BACKEND, EVIDENCE, cells, softmax_records, task
+
+
+@pytest.fixture(scope="module")
+def m() -> Matrix:
+    records = softmax_records() + [
+        task("mm", "float32", cells("aten.mm.default", "float32", [2], ("contiguous", "transposed"))),
+        task("add", "float32", cells("aten.add.Tensor", "float32", [1, 2], path="native", probed=3)),
+        task("__radd__", "float32", cells("aten.add.Tensor", "float32", [2], path="fallback", probed=1)),
+    ]
+    return Matrix(build_matrix(records, backend=BACKEND, evidence=EVIDENCE))
+
+
+def test_the_seed_softmax_answers(m: Matrix):
+    q = m.query
+    assert q("aten.softmax.int", "float32", 3, "contiguous", args={"dim": -1}).path is ExecPath.native
+    assert q("aten.softmax.int", "float32", 3, "contiguous", args={"dim": 0}).path is ExecPath.composite
+    assert q("aten.softmax.int", "float32", 3, "noncontiguous", args={"dim": -1}).path is ExecPath.composite
+    assert q("aten.softmax.int", "float64", 3, "contiguous", args={"dim": -1}).path is ExecPath.rejected
+
+
+def test_without_arguments_the_worst_group_answers_and_lists_the_better_ones(m: Matrix):
+    a = m.query("aten.softmax.int", dtype="bfloat16", rank=4, layout="contiguous")
+    assert (a.path, a.conditions) == (ExecPath.composite, {"dim": "first"})
+    assert [(e.path, e.conditions) for e in a.alternatives] == [(ExecPath.native, {"dim": "last"})]
+    assert "pass argument values to narrow" in a.reason
+
+
+def test_arguments_no_group_was_probed_for_answer_unknown(m: Matrix):
+    a = m.query("aten.softmax.int", "float32", 3, args={"dim": 1})  # a middle axis: never probed
+    assert (a.path, a.known) == (UNKNOWN, False)
+    assert a.reason == "no probed argument condition matches {'dim': 1} (probed: dim=first; dim=last)"
+
+
+def test_a_missing_argument_leaves_the_worst_group(m: Matrix):
+    a = m.query("aten.softmax.int", "float32", 3, args={"half_to_float": False})
+    assert a.path is ExecPath.composite
+
+
+def test_op_spellings_and_dtype_forms_give_the_same_answer(m: Matrix):
+    want = m.query("aten.mm.default", "float32", 2, "transposed")
+    assert want.path is ExecPath.native
+    for op in ("aten::mm", "aten.mm", "aten::mm.default", torch.ops.aten.mm.default, torch.ops.aten.mm):
+        for dtype in ("float32", DType.float32, torch.float32):
+            assert m.query(op, dtype, 2, Layout.transposed) is want
+
+
+def test_answers_are_precomputed_and_shared(m: Matrix):
+    a = m.query("aten.add.Tensor", "float32", 2)
+    assert m.query("aten.add.Tensor", "float32", 2) is a
+    assert (a.path, a.outcome, a.entry is not None and a.entry.mixed) == (ExecPath.fallback, Outcome.ok, True)
+    assert a.to_dict()["samples"] == {"probed": 4, "passed": 4, "by_path": {"native": 3, "fallback": 1}}
+    assert a.evidence == EVIDENCE
+
+
+def test_cells_not_probed_are_unknown_with_the_reason(m: Matrix):
+    cases = {
+        ("aten.mm.default", "float16", 2, "contiguous"): "aten.mm.default was not probed with dtype float16 "
+                                                         "(probed: float32)",
+        ("aten.mm.default", "float32", 3, "contiguous"): "aten.mm.default float32 contiguous was not probed at "
+                                                         "rank 3 (probed ranks: [2])",
+        ("aten.mm.default", "float32", 2, "expanded"): "aten.mm.default was not probed with layout expanded "
+                                                       "(probed: contiguous, transposed)",
+        ("aten.bmm.default", "float32", 3, "contiguous"): "aten.bmm.default was not probed on this backend",
+    }
+    for (op, dtype, rank, layout), reason in cases.items():
+        a = m.query(op, dtype, rank, layout)
+        assert (a.path, a.known, a.outcome, a.reason) == (UNKNOWN, False, None, reason)
+    assert m.query("aten.mm.default", "float32", 2, mode="compile").reason == "aten.mm.default was not probed in compile mode"
+
+
+def test_unknown_operator_raises_a_key_error_with_a_suggestion(m: Matrix):
+    with pytest.raises(KeyError) as err:
+        m.query("aten.sofmax.int", "float32", 3)
+    assert isinstance(err.value, UnknownOperatorError)
+    assert str(err.value) == ("unknown operator 'aten.sofmax.int'; did you mean aten.softmax.int? "
+                              "(give an ATen overload such as aten.softmax.int)")
+    with pytest.raises(UnknownOperatorError, match="did you mean aten.softmax.int"):
+        m.query("aten::softmax", "float32", 3)  # a packet with no .default: which overload?
+
+
+def test_bad_dtype_layout_and_mode_values_are_value_errors(m: Matrix):
+    with pytest.raises(ValueError, match="unknown dtype 'flaot32'; did you mean 'float32'"):
+        m.query("aten.mm.default", "flaot32", 2)
+    with pytest.raises(ValueError, match="unknown layout 'strided'"):
+        m.query("aten.mm.default", "float32", 2, "strided")
+    with pytest.raises(ValueError, match="unknown mode 'graph'"):
+        m.query("aten.mm.default", "float32", 2, mode="graph")
+
+
+def test_load_from_file_and_the_example_matrix(example_matrix_path: Path):
+    m = Matrix.load(example_matrix_path)
+    assert m.query("aten.softmax.int", "bfloat16", 5, args={"dim": 4}).path is ExecPath.native
+    assert "aten::softmax.int" in m and "aten.sofmax.int" not in m
+    assert repr(m) == "<Matrix refaccel g2: 1 operators, 29 cells>"
