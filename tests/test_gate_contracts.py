@@ -51,3 +51,14 @@ def test_g1_matrix_against_g2_baseline_shows_regressions() -> None:
     whats = {c.cell.label(): c.what for c in result.regressions}
     assert whats["aten.mm.default bfloat16 rank 2 contiguous eager"].startswith("path native -> rejected")
     assert whats["aten.mul.Tensor float32 rank 1 noncontiguous eager"].startswith("outcome ok -> wrong")
+
+
+def test_softmax_output_dtype_group_is_not_promised() -> None:
+    """Without ``conditions: {dtype: none}`` the rejected float64-output group would fail g2's softmax."""
+    contract = load_contract(G2)
+    level2 = contract.requirements[2]
+    ops = [op.model_copy(update={"conditions": {}}) if op.name == "softmax" else op for op in level2.operators]
+    strict = contract.model_copy(update={"requirements": [*contract.requirements[:2], level2.model_copy(update={"operators": ops})]})
+    result = evaluate_contract(g2_matrix(), strict, today=TODAY)
+    assert [r.id for r in result.requirements if r.blocks] == ["L2.ops.softmax"]
+    assert "aten.softmax.int bfloat16 rank 1 contiguous eager [dtype=float64]: path rejected" in result.blocking[0]
