@@ -13,11 +13,13 @@ input -- each distinct layout must be supported, because real backends mishandle
 operand silently. Argument values, by schema name, go to the query for argument conditions
 (``softmax(x, dim=-1)`` -> ``dim: last``). A node is supported when every such cell is known,
 its outcome is ``ok`` and its path is no worse than ``worst_path``; anything not probed is not
-supported (never guessed). Nodes without tensor inputs (factories) use their output.
+supported (never guessed). Nodes without tensor inputs (factories) use their output;
+``operator.getitem`` on a multi-output op follows that op.
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -137,6 +139,11 @@ class MatrixOperatorSupport(OperatorSupportBase):
 
     def is_node_supported(self, submodules: Mapping[str, torch.nn.Module], node: torch.fx.Node) -> bool:
         """Whether ``node`` may be placed on the device."""
+        if node.op == "call_function" and node.target is operator.getitem:
+            # picking one output of a multi-output op lives wherever that op does; judging it
+            # separately would cut the producer's partition off from its consumers
+            source = node.args[0]
+            return isinstance(source, torch.fx.Node) and self.is_node_supported(submodules, source)
         answers = self.answers(node)
         self.decisions[node.name] = answers
         return bool(answers) and all(a.at_most(self.worst_path) for a in answers)
