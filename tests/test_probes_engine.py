@@ -1,0 +1,146 @@
+"""Operator probes on real backends (cpu, meta): paths, layouts, conditions, numerics."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from opmatrix.backend import get_adapter
+from opmatrix.probes.ops.cells import SampleResult, cells_from_samples
+from opmatrix.probes.ops.engine import probe_task
+from opmatrix.probes.ops.layouts import make_variant, to_device, transform_sample
+from opmatrix.probes.ops.numerics import compare, tolerance_for
+from opmatrix.probes.ops.source import UnknownOp, select_ops
+from opmatrix.schema import ExecPath, Layout, Mode, Outcome
+
+
+@pytest.fixture(scope="module")
+def cpu():
+    a = get_adapter("cpu")
+    a.setup()
+    return a
+
+
+def _cells(record, op=None, layout=None, rank=None):
+    return [
+        c for c in record.cells
+        if (op is None or c.op == op) and (layout is None or c.layout == layout) and (rank is None or c.rank == rank)
+    ]
+
+
+def test_layout_variants_have_the_strides_they_name():
+    t = torch.arange(24.0).view(2, 3, 4)
+    assert make_variant(t, Layout.contiguous).view.is_contiguous()
+    nc = make_variant(t, Layout.noncontiguous).view
+    assert not nc.is_contiguous() and torch.equal(nc, t) and nc.stride()[-1] == 2
+    tr = make_variant(t, Layout.transposed).view
+    assert tr.stride()[-2:] == (1, 3) and torch.equal(tr, t)
+    so = make_variant(t, Layout.storage_offset).view
+    assert so.storage_offset() == 3 and torch.equal(so, t)
+    ex = make_variant(t, Layout.expanded).view
+    assert ex.stride()[0] == 0
+    assert make_variant(t, Layout.channels_last) is None  # rank 3
+    cl = make_variant(torch.randn(2, 3, 4, 5), Layout.channels_last).view
+    assert cl.is_contiguous(memory_format=torch.channels_last)
+    assert make_variant(torch.tensor(1.0), Layout.noncontiguous) is None
+
+
+def test_device_copy_keeps_sizes_strides_and_offset():
+    t = torch.arange(12.0).view(3, 4)
+    for layout in (Layout.noncontiguous, Layout.transposed, Layout.storage_offset, Layout.expanded):
+        v = make_variant(t, layout)
+        d = to_device(v, "meta")
+        assert (d.shape, d.stride(), d.storage_offset()) == (v.view.shape, v.view.stride(), v.view.storage_offset())
+
+
+def test_transform_skips_layouts_that_do_not_apply_to_the_primary_tensor():
+    values = (torch.randn(3), (torch.randn(3),), {})
+    assert transform_sample(values, Layout.transposed) is None
+    assert transform_sample(values, Layout.noncontiguous) is not None
+
+
+def test_select_ops_by_name_pattern_and_unknown():
+    names = [o.full_name for o in select_ops(["softmax"])]
+    assert names == ["softmax", "softmax.with_dtype"]
+    assert {o.full_name for o in select_ops(["nn.functional.rel*"])} >= {"nn.functional.relu"}
+    with pytest.raises(UnknownOp, match="did you mean softmax"):
+        select_ops(["sofmax"])
+
+
+def test_cpu_add_is_native_and_matches_itself(cpu):
+    rec = probe_task(cpu, "add", "float32")
+    cells = _cells(rec, op="aten.add.Tensor")
+    assert cells and rec.outcome is Outcome.ok
+    assert {c.result.path for c in cells} == {ExecPath.native}
+    assert {c.result.outcome for c in cells} == {Outcome.ok}
+    assert {c.layout for c in cells} >= {Layout.contiguous, Layout.noncontiguous, Layout.transposed, Layout.expanded}
+    grads = [c.result.autograd for c in cells if c.result.autograd]
+    assert grads and all(g.outcome is Outcome.ok for g in grads)
+
+
+def test_cpu_softmax_is_composite_over_the_softmax_kernel(cpu):
+    rec = probe_task(cpu, "softmax", "float32")
+    cells = _cells(rec, op="aten.softmax.int")
+    assert cells and all(c.result.path is ExecPath.composite for c in cells)
+    assert all("aten._softmax.default" in c.result.components for c in cells)
+    # dim variants: rank-3 contiguous samples exist for both the first and the last axis
+    assert sum(c.result.samples.probed for c in _cells(rec, op="aten.softmax.int", layout=Layout.contiguous, rank=3)) >= 3
+
+
+def test_cpu_softmax_with_dtype_records_the_dtype_condition(cpu):
+    rec = probe_task(cpu, "softmax.with_dtype", "float32")
+    assert rec.cells and all(c.result.conditions.get("dtype") == "float64" for c in rec.cells)
+
+
+def test_int_dtype_compares_exactly_and_float_upcast_for_half(cpu):
+    rec = probe_task(cpu, "mul", "int32")
+    assert all(c.result.numerics and c.result.numerics.atol == 0 for c in rec.cells)
+    rec16 = probe_task(cpu, "mul", "bfloat16")
+    kinds = {c.result.numerics.reference.value for c in rec16.cells if c.result.numerics}
+    assert kinds <= {"cpu_upcast", "cpu_same_dtype"} and kinds
+
+
+def test_meta_runs_shapes_only_and_never_claims_numerics():
+    meta = get_adapter("meta")
+    rec = probe_task(meta, "add", "float32", options={"compile": "off"})
+    assert rec.cells
+    assert all(c.result.numerics is None for c in rec.cells)
+    assert {c.result.path for c in rec.cells} == {ExecPath.native}
+
+
+def test_unknown_source_and_dtype_without_samples_are_skipped_with_a_reason(cpu):
+    rec = probe_task(cpu, "no_such_op", "float32")
+    assert rec.skipped and "no OpInfo named" in rec.skipped
+
+
+def test_compare_reports_errors_and_tolerances():
+    a = torch.tensor([1.0, 2.0, 3.0])
+    assert compare(a, a.clone(), 1e-6, 1e-6).ok
+    bad = compare(a + torch.tensor([0, 0, 1e-3]), a, 1e-6, 1e-6)
+    assert not bad.ok and abs(bad.max_abs - 1e-3) < 1e-6 and "1 of 3" in bad.detail
+    nan = torch.tensor([float("nan"), 1.0])
+    assert compare(nan, nan.clone(), 0, 0).ok
+    assert not compare(torch.tensor([1, 2]), torch.tensor([1, 3]), 0, 0).ok
+    assert tolerance_for("aten.mm.default", torch.float32) == (1e-4, 1e-4)
+    assert tolerance_for("aten.add.Tensor", torch.float64) == (1e-7, 1e-7)
+
+
+def _s(path, dim, rank=3):
+    return SampleResult(op="aten.softmax.int", rank=rank, layout=Layout.contiguous, mode=Mode.eager,
+                        path=path, outcome=Outcome.ok, features={"dim": dim})
+
+
+def test_a_separating_argument_feature_becomes_the_condition():
+    cells = cells_from_samples([_s(ExecPath.native, "last"), _s(ExecPath.composite, "first"),
+                                _s(ExecPath.composite, "middle"), _s(ExecPath.native, "last")], "float32")
+    by_cond = {tuple(c.result.conditions.items()): c.result for c in cells}
+    assert by_cond[(("dim", "last"),)].path is ExecPath.native
+    assert by_cond[(("dim", "first"),)].path is ExecPath.composite
+    assert by_cond[(("dim", "last"),)].samples.probed == 2
+
+
+def test_paths_no_feature_separates_are_marked_mixed_with_counts():
+    a, b = _s(ExecPath.native, "last"), _s(ExecPath.fallback, "last")
+    (cell,) = cells_from_samples([a, b], "float32")
+    assert cell.result.mixed and cell.result.path is ExecPath.fallback
+    assert cell.result.samples.by_path == {ExecPath.native: 1, ExecPath.fallback: 1}
