@@ -116,6 +116,7 @@ def handle(
             if unit in faults:
                 _misbehave(faults[unit])
         except (RuntimeError, ValueError) as exc:  # torch.OutOfMemoryError is a RuntimeError
+            ctx.check_health(unit)  # after any failure: an unusable device is blamed on this unit
             verdict = ctx.adapter.classify_exception(exc)
             error = ErrorInfo(type=type(exc).__name__, message=str(exc), actionable=False)
             cells.append(_cell(source, index, unit, Outcome(verdict.outcome), error))

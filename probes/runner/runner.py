@@ -146,6 +146,7 @@ class _Run:
         command: str,
         handlers: dict[str, str],
         threads: int | None,
+        header: dict[str, Any],
     ):
         self.out_dir = out_dir
         self.backend, self.generation = backend, generation
@@ -154,6 +155,7 @@ class _Run:
         self.options = options
         self.command = command
         self.handlers = handlers
+        self.header_extra = header
         self.path = out_dir / "journal.jsonl"
         self.summary = RunSummary(planned=len(tasks), journal=self.path, restarts=0)
         self.max_restarts = max_restarts
@@ -241,18 +243,7 @@ class _Run:
                 "warning: resuming a journal started with a different build; each record keeps its own evidence key"
             )
         if self.journal.empty:
-            from opmatrix.schema import JournalHeader
-
-            started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-            header = JournalHeader(
-                backend=self.backend,
-                generation=self.generation,
-                planned=self.summary.planned,
-                command=self.command,
-                evidence_key=key,
-                started=started,
-            )
-            self.journal.append(header.model_dump_json())
+            self.journal.append(self._header(key, identity))
         keep: deque[_Job] = deque()
         for job in self.pending:
             job.key = task_key(key, job.task)
@@ -264,6 +255,40 @@ class _Run:
             else:
                 keep.append(job)
         self.pending = keep
+
+    def _header(self, key: str, identity: dict[str, Any]) -> str:
+        """The journal's first line: the run, the backend identity, and the evidence block for merge."""
+        import platform
+
+        from opmatrix.schema import Evidence, JournalHeader
+
+        from opmatrix import __version__
+
+        started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        versions = identity.get("versions") or {}
+        evidence = Evidence(
+            opmatrix_version=__version__,
+            torch_version=identity["torch_version"],
+            torch_git=identity["torch_git"],
+            python=platform.python_version(),
+            platform=platform.platform(),
+            command=self.command,
+            started=started,
+            **{k: versions.get(k) for k in ("driver", "firmware", "isa", "stepping", "backend_version")},
+        )
+        fields: dict[str, Any] = {
+            "backend": self.backend,
+            "generation": self.generation,
+            "planned": self.summary.planned,
+            "command": self.command,
+            "evidence_key": key,
+            "started": started,
+            "evidence": evidence,
+            "device_type": identity.get("device_type"),
+            "dispatch_key": identity.get("dispatch_key"),
+        }
+        fields.update(self.header_extra)
+        return JournalHeader(**fields).model_dump_json()
 
     def _handle(self, handle: WorkerHandle, msg: tuple[Any, ...]) -> None:
         kind = msg[0]
@@ -430,6 +455,7 @@ def run(
     command: str | None = None,
     handlers: Mapping[str, str] | None = None,
     threads: int | None = None,
+    header: Mapping[str, Any] | None = None,
 ) -> RunSummary:
     """Run ``tasks`` on ``backend`` in spawned workers, journaling to ``out_dir/journal.jsonl``.
 
@@ -439,7 +465,8 @@ def run(
     slice of the tasks. ``max_restarts``: default :func:`default_max_restarts`. ``options`` reach
     handlers as ``ctx.options``; ``options["op_source_hash"]`` is part of every evidence key.
     ``handlers`` adds or overrides task kinds (``kind -> "module:function"``). ``threads``: torch
-    threads per worker (default: cores / workers).
+    threads per worker (default: cores / workers). ``header``: journal header fields that
+    override what the runner fills in (e.g. ``evidence`` with ``op_source``, ``runtime``).
     """
     started = time.monotonic()
     planned = _ordered(tasks)
@@ -463,6 +490,7 @@ def run(
         command=command or shlex.join(sys.argv),
         handlers={**HANDLERS, **(handlers or {})},
         threads=threads,
+        header=dict(header or {}),
     )
     summary = state.summary
     try:

@@ -84,7 +84,7 @@ def _detach(spec: WorkerSpec) -> None:
     faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=False)
 
 
-def _setup(slot: int, spec: WorkerSpec) -> tuple[WorkerContext, dict[str, str]]:
+def _setup(slot: int, spec: WorkerSpec) -> tuple[WorkerContext, dict[str, Any]]:
     """Import torch, build and set up the adapter; returns the context and the evidence identity."""
     import torch
     from opmatrix.backend.registry import get_adapter
@@ -99,6 +99,11 @@ def _setup(slot: int, spec: WorkerSpec) -> tuple[WorkerContext, dict[str, str]]:
     identity = {
         "torch": f"{torch.__version__} git={getattr(torch.version, 'git_version', None)}",
         "adapter": adapter.evidence_key(),
+        "torch_version": torch.__version__,
+        "torch_git": getattr(torch.version, "git_version", None),
+        "device_type": adapter.device_type,
+        "dispatch_key": adapter.dispatch_key,
+        "versions": adapter.versions(),
     }
     return ctx, identity
 

@@ -1,0 +1,179 @@
+"""Runner fault handling: crashes, aborts, hangs, OOM and poisoned devices land on the unit that ran."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from opmatrix.probes.runner import Skip, Task, WorkerPoisoned, fault_record, run
+from opmatrix.probes.runner.pool import last_words
+
+from tests.runner_handlers import HANDLERS, make_tasks
+
+
+def _records(out: Path) -> dict[str, dict]:
+    lines = (out / "journal.jsonl").read_text().splitlines()
+    assert json.loads(lines[0])["kind"] == "header"
+    records = [json.loads(line) for line in lines[1:]]
+    ids = [r["task"] for r in records]
+    assert len(ids) == len(set(ids)), "a task was recorded twice"
+    return {r["task"]: r for r in records}
+
+
+def _outcomes(record: dict) -> dict[str, str]:
+    return {c["op"].rsplit(".", 1)[1]: c["result"]["outcome"] for c in record["cells"]}
+
+
+FAULTS = {
+    "t1": {"u1": "segv"},
+    "t2": {"u0": "abort"},
+    "t3": {"u2": "hang"},
+    "t4": {"u1": "oom"},
+    "t5": {"u1": "poison"},
+    "t6": {"u0": "oom-escape"},
+    "t7": {"u2": "exit"},
+    "t8": {"u0": "segv", "u1": "segv", "u2": "segv", "u3": "segv"},
+}
+
+
+@pytest.fixture(scope="module")
+def faulty_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
+    out = tmp_path_factory.mktemp("faults")
+    tasks = make_tasks(10, units=4, faults=FAULTS)
+    summary = run(tasks, backend="cpu", out_dir=out, workers=2, timeout=2.0, handlers=HANDLERS, progress=False)
+    return out, summary
+
+
+def test_every_fault_is_recorded_on_the_unit_that_ran(faulty_run: tuple[Path, object]) -> None:
+    """Each injected fault is the outcome of exactly its unit; every other unit ran and is ok."""
+    out, summary = faulty_run
+    records = _records(out)
+    assert sorted(records) == sorted(t.id for t in make_tasks(10))
+    expected_outcome = {
+        "segv": "crashed",
+        "abort": "crashed",
+        "exit": "crashed",
+        "hang": "hung",
+        "oom": "oom",
+        "oom-escape": "oom",
+        "poison": "poisoned",
+    }
+    for i in range(10):
+        task = f"t{i}"
+        want = {f"u{k}": "ok" for k in range(4)}
+        want.update({u: expected_outcome[m] for u, m in FAULTS.get(task, {}).items()})
+        assert _outcomes(records[f"{task}|float32"]) == want, task
+
+
+def test_crash_records_signal_and_stack(faulty_run: tuple[Path, object]) -> None:
+    """A crash keeps the signal name and the worker's last Python stack; a hang its stack too."""
+    out, _ = faulty_run
+    records = _records(out)
+    cells = {c["op"]: c["result"] for r in records.values() for c in r["cells"]}
+    segv = cells["test.t1.u1"]["error"]
+    assert segv["signal"] == "SIGSEGV"
+    assert "Segmentation fault" in segv["message"] and "_misbehave" in segv["message"]
+    assert cells["test.t2.u0"]["error"]["signal"] == "SIGABRT"
+    assert cells["test.t7.u2"]["error"]["message"].startswith("worker exited with code 3")
+    hung = cells["test.t3.u2"]["error"]["message"]
+    assert hung.startswith("no progress within 2s") and "_misbehave" in hung
+
+
+def test_a_task_faulting_on_every_unit_terminates(faulty_run: tuple[Path, object]) -> None:
+    """After three faults the rest of the task is recorded with the last fault, without running."""
+    out, summary = faulty_run
+    record = _records(out)["t8|float32"]
+    assert _outcomes(record) == {"u0": "crashed", "u1": "crashed", "u2": "crashed", "u3": "crashed"}
+    assert record["attempts"] == 4  # three that crashed, one that recorded the rest
+
+
+def test_summary_counts_faults_and_restarts(faulty_run: tuple[Path, object]) -> None:
+    """The summary says how many cells faulted, and each replaced worker is a restart."""
+    _, summary = faulty_run
+    assert (summary.planned, summary.recorded, summary.probed, summary.aborted) == (10, 10, 10, False)
+    assert summary.faults == {"crashed": 7, "hung": 1, "oom": 2, "poisoned": 1}
+    # oom handled inside the handler needs no restart; the other 9 faults each cost a worker
+    assert summary.restarts == 9
+    assert summary.exit_code == 0
+
+
+def test_failed_health_check_after_a_fault_replaces_the_worker(tmp_path: Path) -> None:
+    """A unit after which the device is unusable is recorded poisoned; later tasks get a fresh worker."""
+    tasks = make_tasks(3, faults={"t0": {"u1": "sick"}})
+    summary = run(
+        tasks,
+        backend="tests.runner_handlers:SickCpuAdapter",
+        out_dir=tmp_path,
+        workers=1,
+        timeout=5.0,
+        handlers=HANDLERS,
+        progress=False,
+    )
+    records = _records(tmp_path)
+    assert _outcomes(records["t0|float32"]) == {"u0": "ok", "u1": "poisoned", "u2": "ok"}
+    assert _outcomes(records["t1|float32"]) == {"u0": "ok", "u1": "ok", "u2": "ok"}
+    assert summary.restarts == 1
+
+
+def test_run_that_only_crashes_stops_at_the_restart_cap(tmp_path: Path) -> None:
+    """Every unit crashing: the run aborts at the cap with a message naming it; exit code 1."""
+    every = {f"t{i}": {f"u{k}": "segv" for k in range(3)} for i in range(20)}
+    summary = run(
+        make_tasks(20, faults=every),
+        backend="cpu",
+        out_dir=tmp_path,
+        workers=1,
+        timeout=5.0,
+        max_restarts=3,
+        handlers=HANDLERS,
+        progress=False,
+    )
+    assert summary.aborted and summary.exit_code == 1
+    assert summary.restarts == 3
+    assert "--max-restarts" in summary.message and "3 worker restarts" in summary.message
+    assert summary.recorded < 20
+
+
+def test_backend_that_cannot_set_up_aborts_with_its_error(tmp_path: Path) -> None:
+    """A worker whose setup fails stops the run with the setup error instead of retrying forever."""
+    summary = run(
+        make_tasks(2), backend="no_such_backend", out_dir=tmp_path, workers=1, handlers=HANDLERS, progress=False
+    )
+    assert summary.aborted and summary.recorded == 0
+    assert "could not set up backend 'no_such_backend'" in summary.message and "UnknownBackend" in summary.message
+
+
+def test_unknown_task_kind_is_an_error_on_the_task(tmp_path: Path) -> None:
+    """A task kind without a handler is recorded as an error, not a hang or a crash loop."""
+    summary = run([Task("x|float32", "nope")], backend="cpu", out_dir=tmp_path, workers=1, progress=False)
+    record = _records(tmp_path)["x|float32"]
+    assert record["outcome"] == "error" and "no handler for task kind 'nope'" in record["error"]["message"]
+    assert summary.recorded == 1
+
+
+def test_fault_record_for_each_kind() -> None:
+    """The runner's own records for tasks that fault with everything skipped."""
+    op = fault_record(Task("softmax|bfloat16", "op"), Skip("hung", "no progress", None))
+    assert (op.source, str(op.dtype), str(op.outcome)) == ("softmax", "bfloat16", "hung")
+    rt = fault_record(Task("rt:streams", "runtime", {"check": "streams", "level": 1}), Skip("crashed", "x", "SIGSEGV"))
+    assert (rt.check.name, rt.check.level, str(rt.check.result)) == ("streams", 1, "unknown")
+    with pytest.raises(ValueError, match="expected one of"):
+        Skip("slow", "")
+
+
+def test_worker_poisoned_carries_unit() -> None:
+    """The exception a handler raises names the unit and the reason."""
+    exc = WorkerPoisoned("s0/strided", "device lost")
+    assert (exc.unit, exc.message) == ("s0/strided", "device lost") and "s0/strided" in str(exc)
+
+
+def test_last_words_keeps_the_fatal_block() -> None:
+    """Crash messages keep the fault header and innermost frames, not the module list."""
+    log = (
+        "noise\n" * 50
+        + "terminate called\nFatal Python error: Aborted\n\nStack:\n  File x\n\nExtension modules: a, b\n"
+    )
+    words = last_words(log)
+    assert words.startswith("noise") and "terminate called" in words and "Extension modules" not in words
+    assert last_words("plain tail") == "plain tail"
