@@ -1,16 +1,11 @@
-"""The diff page's content: cells better, worse, new and removed since a baseline matrix.
+"""The diff page's content: cells better, worse, new and removed since a baseline (and drifted numerics).
 
-A cell is (op, dtype, rank, layout, mode); its state is the worst (outcome, path) of the entries
-covering it (conditional entries can cover one cell more than once). States order by outcome
-first, then path, so ``wrong`` on a native kernel is worse than a correct host fallback. Rows group
-cells of one op, dtype and mode with the same change, listing their ranks and layouts::
+The comparison is ``opmatrix.matrix.diff.diff_matrices`` (the same one ``opmatrix diff`` prints);
+this module only arranges its compact rows into the page's sections::
 
     >>> view = diff_view(old, new)                                   # doctest: +SKIP
-    >>> [(r.op, r.dtype, r.before, r.after) for r in view.worse]     # doctest: +SKIP
+    >>> [(r.op, r.dtypes, r.before, r.after) for r in view.worse]    # doctest: +SKIP
     [('aten.add.Tensor', 'bfloat16', 'native', 'fallback')]
-
-When ``opmatrix.matrix.diff.diff_matrices`` is available its cell changes are used; otherwise the
-small cell comparison here stands in for it.
 """
 
 from __future__ import annotations
@@ -19,26 +14,31 @@ from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from opmatrix.schema import ExecPath, Matrix, Outcome
-from opmatrix.schema.enums import DTYPES
+from opmatrix.matrix.diff import diff_matrices
+from opmatrix.schema import Matrix, describe
 
 __all__ = ["DiffRow", "DiffView", "diff_view"]
 
-#: (op, dtype, rank, layout, mode)
-Cell = tuple[str, str, int, str, str]
-#: (outcome rank, path rank): compared as a tuple, outcome first; larger is worse
-State = tuple[int, int]
+#: (section id, heading), worst news first
+SECTIONS: tuple[tuple[str, str], ...] = (
+    ("worse", "Worse"),
+    ("better", "Better"),
+    ("new", "New"),
+    ("removed", "Removed"),
+    ("numerics", "Numerics drifted"),
+)
 
 
 @dataclass(frozen=True)
 class DiffRow:
-    """Cells of one op and mode that changed the same way (dtypes joined when ranks and layouts agree)."""
+    """Cells of one op and mode that changed the same way: dtypes x ranks x layouts."""
 
     op: str
-    dtype: str
+    dtypes: str
     mode: str
     ranks: str
     layouts: str
+    conditions: str
     cells: int
     before: str
     after: str
@@ -46,112 +46,47 @@ class DiffRow:
 
 @dataclass
 class DiffView:
-    """The four sections of the diff page."""
+    """The sections of the diff page, and the two sides' labels."""
 
-    better: list[DiffRow] = field(default_factory=list)
-    worse: list[DiffRow] = field(default_factory=list)
-    new: list[DiffRow] = field(default_factory=list)
-    removed: list[DiffRow] = field(default_factory=list)
+    a: str
+    b: str
+    rows: dict[str, list[DiffRow]] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
 
     def sections(self) -> Iterator[tuple[str, str, list[DiffRow]]]:
         """(id, heading, rows) per section, worst news first."""
-        yield "worse", "Worse", self.worse
-        yield "better", "Better", self.better
-        yield "new", "New", self.new
-        yield "removed", "Removed", self.removed
+        for key, heading in SECTIONS:
+            yield key, heading, self.rows.get(key, [])
+
+    def __getattr__(self, name: str) -> list[DiffRow]:
+        if name in dict(SECTIONS):
+            return self.rows.get(name, [])
+        raise AttributeError(name)
 
 
-_OUTCOME_RANK = {o: i for i, o in enumerate(Outcome)}
-_PATH_RANK = {p: i for i, p in enumerate(ExecPath)}
-
-
-def _states(matrix: Matrix) -> dict[Cell, State]:
-    """The worst (outcome rank, path rank) of every cell; keys are plain strings for speed."""
-    out: dict[Cell, State] = {}
-    for op, entries in matrix.operators.items():
-        for entry in entries:
-            state = (_OUTCOME_RANK[entry.outcome], _PATH_RANK[entry.path])
-            layouts = [layout.value for layout in entry.layouts]
-            mode = entry.mode.value
-            for dtype in entry.dtypes:
-                for rank in entry.ranks.ranks():
-                    for layout in layouts:
-                        key = (op, dtype.value, rank, layout, mode)
-                        old = out.get(key)
-                        if old is None or state > old:
-                            out[key] = state
-    return out
-
-
-_OUTCOMES = list(Outcome)
-_PATHS = list(ExecPath)
-
-
-def _label(state: State | None) -> str:
-    if state is None:
-        return "not probed"
-    outcome, path = _OUTCOMES[state[0]], _PATHS[state[1]]
-    return path.value if outcome is Outcome.ok else f"{path.value} ({outcome.value})"
-
-
-def _ranks(ranks: set[int]) -> str:
-    ordered = sorted(ranks)
-    spans: list[str] = []
-    start = prev = ordered[0]
-    for r in ordered[1:] + [None]:  # type: ignore[list-item]
-        if r is not None and r == prev + 1:
-            prev = r
-            continue
-        spans.append(str(start) if start == prev else f"{start}\u2013{prev}")
-        if r is not None:
-            start = prev = r
-    return ", ".join(spans)
-
-
-def _rows(changes: list[tuple[Cell, State | None, State | None]]) -> list[DiffRow]:
-    # cells -> (op, dtype, mode, change) groups -> rows merging dtypes with the same ranks and layouts
-    groups: dict[tuple[str, str, str, str, str], list[Cell]] = defaultdict(list)
-    for cell, before, after in changes:
-        op, dtype, _rank, _layout, mode = cell
-        groups[(op, dtype, mode, _label(before), _label(after))].append(cell)
-    merged: dict[tuple[str, str, str, str, str, str], list[str]] = defaultdict(list)
-    sizes: dict[tuple[str, str, str, str, str, str], int] = defaultdict(int)
-    for (op, dtype, mode, before, after), cells in groups.items():
-        ranks = _ranks({c[2] for c in cells})
-        layouts = ", ".join(sorted({c[3] for c in cells}))
-        key = (op, mode, ranks, layouts, before, after)
-        merged[key].append(dtype)
-        sizes[key] += len(cells)
-    order = {d: i for i, d in enumerate(DTYPES)}
-    rows = [
-        DiffRow(
-            op=op,
-            dtype=", ".join(sorted(dtypes, key=lambda d: order.get(d, len(order)))),
-            mode=mode,
-            ranks=ranks,
-            layouts=layouts,
-            cells=sizes[(op, mode, ranks, layouts, before, after)],
-            before=before,
-            after=after,
-        )
-        for (op, mode, ranks, layouts, before, after), dtypes in merged.items()
-    ]
-    rows.sort(key=lambda r: (r.op, r.mode, r.before, r.after, r.dtype, r.ranks))
-    return rows
+def _side(label: str) -> str:
+    return "not probed" if label == "-" else label
 
 
 def diff_view(baseline: Matrix, current: Matrix) -> DiffView:
-    """Cells better, worse, new and removed going from ``baseline`` to ``current``."""
-    old, new = _states(baseline), _states(current)
-    better, worse, added, removed = [], [], [], []
-    for cell in old.keys() | new.keys():
-        a, b = old.get(cell), new.get(cell)
-        if a is None:
-            added.append((cell, a, b))
-        elif b is None:
-            removed.append((cell, a, b))
-        elif b < a:
-            better.append((cell, a, b))
-        elif b > a:
-            worse.append((cell, a, b))
-    return DiffView(better=_rows(better), worse=_rows(worse), new=_rows(added), removed=_rows(removed))
+    """Cells better, worse, new, removed and numerics drifted from ``baseline`` to ``current``."""
+    diff = diff_matrices(baseline, current)
+    rows: dict[str, list[DiffRow]] = defaultdict(list)
+    for r in diff.rows():
+        lo, hi = r.ranks
+        rows[r.kind].append(
+            DiffRow(
+                op=r.op,
+                dtypes=", ".join(r.dtypes),
+                mode=r.mode,
+                ranks=str(lo) if lo == hi else f"{lo}\u2013{hi}",
+                layouts=", ".join(r.layouts),
+                conditions=describe(r.conditions) if r.conditions else "",
+                cells=len(r.dtypes) * (hi - lo + 1) * len(r.layouts),
+                before=_side(r.before),
+                after=_side(r.after),
+            )
+        )
+    for section in rows.values():
+        section.sort(key=lambda r: (r.op, r.mode, r.conditions, r.before, r.after, r.dtypes, r.ranks))
+    return DiffView(a=diff.a, b=diff.b, rows=dict(rows), counts=diff.counts())

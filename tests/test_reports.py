@@ -155,8 +155,9 @@ def test_diff_page_lists_better_worse_new_and_removed(tmp_path: Path, example_ma
     assert '<b id="n-new">8</b>' in html
     assert '<b id="n-removed">16</b>' in html
     worse_section = html.split('id="worse"')[1].split("</section>")[0]
-    # a cell compares by its worst entry: dim=first was composite, so composite -> fallback
-    assert "<td>composite</td><td>fallback</td>" in worse_section and "2\u20135" in worse_section
+    # both sides split the cell by dim alike, so the dim=last group is compared on its own
+    assert '<td>dim=last</td><td class="num">8</td><td>native</td><td>fallback</td>' in worse_section
+    assert "<td>2\u20135</td>" in worse_section
     assert '<a href="diff.html">Changes</a>' in (tmp_path / "index.html").read_text()
     render_site(current, tmp_path)
     assert not (tmp_path / "diff.html").exists()
