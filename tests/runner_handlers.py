@@ -43,15 +43,29 @@ class SickCpuAdapter(CpuAdapter):
 
 
 def make_tasks(
-    count: int, *, units: int = 3, faults: Mapping[str, Mapping[str, str]] | None = None, sleep: float = 0.0
+    count: int,
+    *,
+    units: int = 3,
+    faults: Mapping[str, Mapping[str, str]] | None = None,
+    sleep: float = 0.0,
+    pid_dir: str | None = None,
 ) -> list[Task]:
-    """``count`` test tasks ``t0|float32`` ...; ``faults`` maps a task source to {unit: mode}."""
+    """``count`` test tasks ``t0|float32`` ...; ``faults`` maps a task source to {unit: mode}.
+
+    ``pid_dir``: each worker touches a file named after its pid there before each unit.
+    """
     faults = faults or {}
     return [
         Task(
             f"t{i}|float32",
             "test",
-            {"source": f"t{i}", "units": units, "faults": dict(faults.get(f"t{i}", {})), "sleep": sleep},
+            {
+                "source": f"t{i}",
+                "units": units,
+                "faults": dict(faults.get(f"t{i}", {})),
+                "sleep": sleep,
+                "pid_dir": pid_dir,
+            },
             order=i,
         )
         for i in range(count)
@@ -83,7 +97,9 @@ def _misbehave(mode: str) -> None:
         raise ValueError(f"unknown fault mode {mode!r}")
 
 
-def _cell(source: str, index: int, unit: str, outcome: Outcome, error: ErrorInfo | None) -> CellRecord:
+def _cell(
+    source: str, index: int, unit: str, outcome: Outcome, error: ErrorInfo | None, note: str | None = None
+) -> CellRecord:
     ok = outcome is Outcome.ok
     return CellRecord(
         op=f"test.{source}.{unit}",
@@ -91,7 +107,7 @@ def _cell(source: str, index: int, unit: str, outcome: Outcome, error: ErrorInfo
         rank=index,
         layout="contiguous",
         result=CellResult(
-            path=ExecPath.native, outcome=outcome, samples=Samples(probed=1, passed=int(ok)), error=error
+            path=ExecPath.native, outcome=outcome, samples=Samples(probed=1, passed=int(ok)), error=error, note=note
         ),
     )
 
@@ -111,6 +127,8 @@ def handle(
             cells.append(_cell(source, index, unit, Outcome(fault.outcome), error))
             continue
         progress(unit)
+        if task.payload.get("pid_dir"):  # lets a test check that no worker outlives its orchestrator
+            Path(task.payload["pid_dir"], str(os.getpid())).touch()
         time.sleep(task.payload.get("sleep", 0.0))
         try:
             if unit in faults:
@@ -121,7 +139,8 @@ def handle(
             error = ErrorInfo(type=type(exc).__name__, message=str(exc), actionable=False)
             cells.append(_cell(source, index, unit, Outcome(verdict.outcome), error))
             continue
-        cells.append(_cell(source, index, unit, Outcome.ok, None))
+        note = None if ctx.device is None else f"device={ctx.device}"
+        cells.append(_cell(source, index, unit, Outcome.ok, None, note))
     worst = max((c.result.outcome for c in cells), default=Outcome.ok)
     return TaskRecord(task=task.id, source=source, dtype="float32", outcome=worst, cells=cells)
 
@@ -138,9 +157,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--timeout", type=float, default=10.0)
     p.add_argument("--resume", action="store_true")
+    p.add_argument("--pid-dir")
     args = p.parse_args(argv)
     summary = run(
-        make_tasks(args.tasks, units=args.units, sleep=args.sleep),
+        make_tasks(args.tasks, units=args.units, sleep=args.sleep, pid_dir=args.pid_dir),
         backend="cpu",
         out_dir=Path(args.out),
         workers=args.workers,
