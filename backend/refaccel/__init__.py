@@ -1,0 +1,37 @@
+"""refaccel: the reference accelerator, a real PrivateUse1 backend written in Python.
+
+It behaves like a young accelerator: native kernels for part of ATen (``kernels.yaml``), composite
+routes, a compiler decomposition path, a counted host fallback and clean rejections, plus a
+runtime with two devices, a capacity-limited caching allocator, streams, events, generators,
+fork rules and fault injection::
+
+    >>> import torch, opmatrix.backend.refaccel as refaccel
+    >>> refaccel.install()                      # or install("g1"); also $OPMATRIX_REFACCEL_GEN
+    'g2'
+    >>> x = torch.randn(4, 4).to("refaccel")
+    >>> (x @ x).cpu()
+
+This package only registers; the logic lives in its modules (see README "The reference
+accelerator").
+"""
+
+from .fallback import fallback_counts, reset_fallback_counts
+from .faults import clear_faults, inject_fault
+from .install import install, installed_generation
+
+__all__ = [
+    "clear_faults",
+    "fallback_counts",
+    "inject_fault",
+    "install",
+    "installed_generation",
+    "register_compile_backend",
+    "reset_fallback_counts",
+]
+
+
+def register_compile_backend() -> str:
+    """Register the ``torch.compile`` backend ``"refaccel"`` (imports torch._dynamo); returns its name."""
+    from .compile import register_compile_backend as _register
+
+    return _register()

@@ -1,0 +1,141 @@
+"""The opmatrix adapter of the reference accelerator (``--backend refaccel``).
+
+Besides the generic signals, refaccel gives exact fallback evidence (its own per-op counter),
+its device identity and versions, the dtypes its runtime claims, a poisoned-context check and
+its ``torch.compile`` backend::
+
+    adapter = get_adapter("refaccel", generation="g1")
+    adapter.setup()                          # install g1 and initialise (raises on driver problems)
+    with adapter.observe_fallback() as seen:
+        torch.sort(torch.ones(3, device="refaccel"))
+    seen.state, seen.ops                     # observed, ['aten::sort.values_stable']
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from opmatrix.schema import DeviceInfo, FallbackState
+
+from ..base import Adapter, FallbackSeen
+
+__all__ = ["RefaccelAdapter"]
+
+
+class RefaccelAdapter(Adapter):
+    """Adapter for ``refaccel`` (generations g1 and g2)."""
+
+    name = "refaccel"
+    device_type = "refaccel"
+    dispatch_key = "PrivateUse1"
+    verified = True
+
+    def __init__(self, generation: str | None = None, device_index: int = 0):
+        super().__init__(generation or os.environ.get("OPMATRIX_REFACCEL_GEN", "").strip() or "g2", device_index)
+
+    def setup(self) -> None:
+        """Install this generation and initialise the runtime (raises naming the cause)."""
+        import torch
+
+        from .install import install
+
+        self.generation = install(self.generation)
+        torch.refaccel.init()  # type: ignore[attr-defined]
+        torch.refaccel.set_device(self.device_index)  # type: ignore[attr-defined]
+
+    def available(self) -> tuple[bool, str]:
+        """Whether the runtime can initialise here (driver present, compatible, device free)."""
+        from . import runtime
+
+        problem = runtime._init_failure()
+        return (problem is None, problem or "")
+
+    def select_device(self, index: int) -> None:
+        """Probe ``refaccel:index``."""
+        super().select_device(index)
+        import torch
+
+        if hasattr(torch, "refaccel"):
+            torch.refaccel.set_device(index)
+
+    def synchronize(self) -> None:
+        """Wait for the device (raises when the context is poisoned)."""
+        from . import streams
+
+        streams.synchronize(self.device_index)
+
+    def versions(self) -> dict[str, str | None]:
+        """Driver / firmware / ISA / stepping / runtime versions."""
+        from . import runtime
+
+        _describe_generation(self.generation)
+        return runtime.versions()
+
+    def devices(self) -> list[DeviceInfo]:
+        """Both devices with name, stable UUID, generation, capacity, ISA and firmware."""
+        from . import runtime
+
+        _describe_generation(self.generation)
+        return [
+            DeviceInfo(
+                index=d.index,
+                name=d.name,
+                uuid=d.uuid,
+                properties={"memory_bytes": d.memory_bytes, "generation": d.generation, "isa": d.isa,
+                            "firmware": d.firmware},
+            )
+            for d in runtime.describe_devices()
+        ]
+
+    def claimed_dtypes(self) -> list[str] | None:
+        """Dtypes the runtime claims device memory can hold."""
+        from .table import dtype_name, storable_dtypes
+
+        return [dtype_name(d) for d in storable_dtypes()]
+
+    @contextlib.contextmanager
+    def observe_fallback(self) -> Iterator[FallbackSeen]:
+        """Diff refaccel's per-op host fallback counter around the block."""
+        from . import fallback
+
+        seen = FallbackSeen(FallbackState.not_observed, [], "refaccel fallback counter")
+        before = fallback.fallback_counts()
+        try:
+            yield seen
+        finally:
+            after = fallback.fallback_counts()
+            ops = sorted(op for op, n in after.items() if n > before.get(op, 0))
+            if ops:
+                seen.state = FallbackState.observed
+                seen.ops = ops
+
+    def health_check(self) -> str | None:
+        """None when the device works; the poison reason or failure otherwise."""
+        from . import runtime
+
+        reason = runtime.poisoned()
+        if reason is not None:
+            return f"refaccel context poisoned: {reason}"
+        return super().health_check()
+
+    def compile_backend(self) -> Any:
+        """``"refaccel"`` (registered with torch._dynamo on first use)."""
+        from .compile import register_compile_backend
+
+        return register_compile_backend()
+
+    def host_fallback_counter_names(self) -> list[str]:
+        """The counter this adapter reads."""
+        return ["opmatrix.backend.refaccel.fallback_counts"]
+
+
+def _describe_generation(generation: str | None) -> None:
+    """Before install, identity questions describe the adapter's generation (no registration)."""
+    from . import runtime
+    from .install import installed_generation
+
+    if installed_generation() is None:
+        runtime.set_generation(generation or "g2")

@@ -1,0 +1,86 @@
+"""The boxed host fallback: ops without a native kernel run on the host, when policy allows.
+
+Registered with ``torch.library.Library("_", "IMPL").fallback(fn, "PrivateUse1")``, so PyTorch's
+dispatcher sends every PrivateUse1 call without a kernel here. The generation's table lists the
+operators (``aten::sort``, any overload) allowed to run on the host; they are copied to host
+views, computed by the CPU kernel, copied back (respecting ``out=`` and in-place arguments) and
+counted per overload. Everything else is rejected. Inside a ``refaccel`` compiled graph no host
+fallback is allowed (``no_host_fallback``)::
+
+    >>> reset_fallback_counts(); torch.sort(x); fallback_counts()
+    {'aten::sort.values_stable': 1}
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from . import faults, hostexec, runtime
+from .errors import no_kernel
+
+__all__ = ["allowed", "fallback_counts", "reset_fallback_counts", "host_fallback", "no_host_fallback", "run_counted"]
+
+_COUNTS: dict[str, int] = {}
+_ALLOWED: set[str] = set()
+_GENERATION = ["g2"]
+_LOCAL = threading.local()
+_STATE = runtime._STATE
+
+
+def configure(generation: str, allowed_ops: frozenset[str]) -> None:
+    """Set the generation's fallback policy (called by ``install``)."""
+    _GENERATION[0] = generation
+    _ALLOWED.clear()
+    _ALLOWED.update(allowed_ops)
+
+
+def allowed(base: str) -> bool:
+    """Whether operator ``base`` (``aten::sort``) may run on the host here and now."""
+    if getattr(_LOCAL, "in_graph", False):
+        return False
+    return base in _ALLOWED or base.rstrip("_") in _ALLOWED
+
+
+def fallback_counts() -> dict[str, int]:
+    """Host fallback executions per overload since the last reset (a copy)."""
+    return dict(_COUNTS)
+
+
+def reset_fallback_counts() -> None:
+    """Forget the counts (probes reset before and read after each call)."""
+    _COUNTS.clear()
+
+
+@contextlib.contextmanager
+def no_host_fallback() -> Iterator[None]:
+    """Within the block, ops without a native kernel are rejected (compiled graphs)."""
+    before = getattr(_LOCAL, "in_graph", False)
+    _LOCAL.in_graph = True
+    try:
+        yield
+    finally:
+        _LOCAL.in_graph = before
+
+
+def run_counted(op: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Run ``op`` on the host and count it as a fallback."""
+    name = hostexec.op_info(op).name
+    _COUNTS[name] = _COUNTS.get(name, 0) + 1
+    return hostexec.run(op, args, kwargs)
+
+
+def host_fallback(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
+    """The boxed PrivateUse1 fallback: host execution when allowed, else a clean rejection."""
+    if not _STATE.ready:
+        runtime.ensure_ready()
+    info = hostexec.op_info(op)
+    if faults.ACTIVE:
+        faults.trigger(info.name, info.base)
+    if allowed(info.base):
+        return run_counted(op, args, kwargs)
+    raise no_kernel(info.name, hostexec.device_tensors(args, kwargs), _GENERATION[0], getattr(_LOCAL, "in_graph", False))

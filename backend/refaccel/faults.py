@@ -1,0 +1,82 @@
+"""Fault injection: make a chosen op crash, abort, hang, run out of memory or poison the context.
+
+Faults come from ``OPMATRIX_REFACCEL_FAULT`` (read at install; comma-separated ``mode:op``) or
+from the API; ``op`` is a full overload (``aten::mul.Tensor``) or an operator (``aten::mul``)::
+
+    OPMATRIX_REFACCEL_FAULT=crash:aten::mul.Tensor python probe.py    # SIGSEGV inside the call
+    >>> inject_fault("poison", "aten::add.Tensor")    # that call fails, and so does every later one
+
+Modes: ``crash`` (SIGSEGV), ``abort`` (SIGABRT), ``hang`` (sleeps forever), ``oom``
+(``torch.OutOfMemoryError``; the device stays usable), ``poison`` (the call fails and the context
+is unusable until the process restarts). Initialisation faults are separate: see
+``runtime`` and ``OPMATRIX_REFACCEL_DRIVER``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import torch
+
+from . import runtime
+
+__all__ = ["MODES", "ACTIVE", "inject_fault", "clear_faults", "load_from_env", "trigger"]
+
+MODES = ("crash", "abort", "hang", "oom", "poison")
+#: op name -> mode; read by every kernel (an empty dict costs one truth test per call)
+ACTIVE: dict[str, str] = {}
+
+
+def _normalise(op: str) -> str:
+    op = op.strip()
+    return op if "::" in op else f"aten::{op}"
+
+
+def inject_fault(mode: str, op: str) -> None:
+    """Make every later call of ``op`` on the device fail in ``mode``."""
+    if mode not in MODES:
+        raise ValueError(f"unknown refaccel fault mode {mode!r} (known: {', '.join(MODES)})")
+    ACTIVE[_normalise(op)] = mode
+
+
+def clear_faults() -> None:
+    """Remove injected faults (a poisoned context stays poisoned)."""
+    ACTIVE.clear()
+
+
+def load_from_env() -> None:
+    """Inject the faults named by ``OPMATRIX_REFACCEL_FAULT`` (``mode:op[,mode:op...]``)."""
+    spec = os.environ.get("OPMATRIX_REFACCEL_FAULT", "").strip()
+    for item in filter(None, (s.strip() for s in spec.split(","))):
+        mode, sep, op = item.partition(":")
+        if not sep or not op:
+            raise ValueError(f"OPMATRIX_REFACCEL_FAULT: expected mode:op (e.g. crash:aten::mul.Tensor), got {item!r}")
+        inject_fault(mode, op)
+
+
+def trigger(name: str, base: str) -> None:
+    """Fire the fault injected for this call, if any (called by kernels when ``ACTIVE``)."""
+    mode = ACTIVE.get(name) or ACTIVE.get(base)
+    if mode is None:
+        return
+    if mode == "crash":
+        os.kill(os.getpid(), signal.SIGSEGV)
+        time.sleep(5)  # the signal is delivered asynchronously; never return normally
+    elif mode == "abort":
+        os.abort()
+    elif mode == "hang":
+        while True:
+            time.sleep(3600)
+    elif mode == "oom":
+        raise torch.OutOfMemoryError(
+            f"refaccel: out of memory on refaccel:0 while running {name} (injected fault: the kernel's "
+            "workspace could not be allocated)"
+        )
+    elif mode == "poison":
+        runtime.poison(f"uncorrectable device fault in {name} (injected)")
+        raise runtime.RefaccelPoisonedError(
+            f"refaccel: uncorrectable device fault while running {name}; the device context is poisoned and "
+            "every later call fails until the process restarts"
+        )

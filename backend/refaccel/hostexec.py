@@ -1,0 +1,153 @@
+"""Run one ATen call on host memory: how every refaccel kernel (and the fallback) computes.
+
+Device tensor arguments become CPU views of the same bytes (``memory.host_view``), so in-place
+ops write device memory directly; ``out=`` arguments get fresh CPU outputs that are copied back
+(resizing the device tensor when PyTorch would); new results are copied into fresh device
+tensors. ``run`` returns what the op's schema promises: in-place / out results are the caller's
+device tensors themselves::
+
+    >>> run(torch.ops.aten.add.Tensor, (x, y), {})          # x, y on refaccel:0
+    tensor(..., device='refaccel:0')
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from . import memory, rng
+
+__all__ = ["OpInfo", "op_info", "run", "device_tensors", "to_device", "DEVICE_TYPE"]
+
+DEVICE_TYPE = "refaccel"
+_Tensor = torch.Tensor
+
+
+@dataclass(frozen=True)
+class OpInfo:
+    """What the engine needs from an overload's schema (computed once per overload)."""
+
+    name: str  # aten::add.Tensor
+    base: str  # aten::add
+    out_args: frozenset[str]  # kwarg-only written arguments (out=)
+    dim_pos: int | None  # position of an int ``dim`` argument
+    generator_pos: int | None  # position of a ``generator`` argument
+
+
+@functools.cache
+def op_info(op: torch._ops.OpOverload) -> OpInfo:
+    """Schema facts of ``op``."""
+    schema = op._schema
+    name = schema.name + (f".{schema.overload_name}" if schema.overload_name else "")
+    outs = frozenset(
+        a.name for a in schema.arguments if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write
+    )
+    dim_pos = next((i for i, a in enumerate(schema.arguments) if a.name == "dim" and str(a.type) == "int"), None)
+    gen_pos = next((i for i, a in enumerate(schema.arguments) if a.name == "generator"), None)
+    return OpInfo(name, schema.name, outs, dim_pos, gen_pos)
+
+
+def device_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[_Tensor]:
+    """Every refaccel tensor among the arguments (lists flattened), in order."""
+    found: list[_Tensor] = []
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, _Tensor):
+            if value.device.type == DEVICE_TYPE:
+                found.append(value)
+        elif isinstance(value, (list, tuple)):
+            found.extend(v for v in value if isinstance(v, _Tensor) and v.device.type == DEVICE_TYPE)
+    return found
+
+
+def _storage_order_view(t: _Tensor) -> _Tensor:
+    """The g1 ``storage_order`` defect: a non-contiguous input read as if it were contiguous."""
+    host = memory.host_view(t)
+    if t.is_contiguous():
+        return host
+    need = (t.storage_offset() + t.numel()) * t.element_size()
+    if need > t.untyped_storage().nbytes():
+        return host
+    return host.as_strided(t.size(), memory.contiguous_strides(t.size()), t.storage_offset())
+
+
+def to_device(cpu: _Tensor, index: int) -> _Tensor:
+    """A new device tensor on ``refaccel:index`` holding a copy of ``cpu`` (keeps dense strides)."""
+    if cpu.is_contiguous() or (cpu.dim() == 4 and cpu.is_contiguous(memory_format=torch.channels_last)):
+        stride = cpu.stride()
+    else:
+        stride = tuple(memory.contiguous_strides(cpu.size()))
+    dev = memory.empty_strided(cpu.size(), stride, cpu.dtype, index)
+    memory.host_view(dev).copy_(cpu)
+    return dev
+
+
+def run(
+    op: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    defect: str | None = None,
+    index: int | None = None,
+) -> Any:
+    """Compute ``op(*args, **kwargs)`` with the CPU kernel on host views; return device results."""
+    info = op_info(op)  # type: ignore[arg-type]
+    to_host: dict[int, _Tensor] = {}
+    fresh_outs: list[tuple[_Tensor, _Tensor]] = []
+    view = _storage_order_view if defect == "storage_order" else memory.host_view
+    where = [index]
+
+    def convert(value: Any, is_out: bool = False) -> Any:
+        if isinstance(value, _Tensor):
+            if value.device.type != DEVICE_TYPE:
+                return value
+            if where[0] is None:
+                where[0] = value.device.index or 0
+            if is_out:
+                host = torch.empty(0, dtype=value.dtype)
+                fresh_outs.append((value, host))
+            else:
+                host = view(value)
+            to_host[id(host)] = value
+            return host
+        if isinstance(value, (list, tuple)):
+            return type(value)(convert(v, is_out) for v in value)
+        return value
+
+    host_args = [convert(a) for a in args]
+    host_kwargs = {k: convert(v, k in info.out_args) for k, v in kwargs.items()}
+    if "device" in host_kwargs and isinstance(host_kwargs["device"], torch.device):
+        if where[0] is None:
+            where[0] = host_kwargs["device"].index or 0
+        host_kwargs["device"] = torch.device("cpu")
+    dev_index = where[0] or 0
+    if info.generator_pos is not None:
+        _use_device_generator(info, host_args, host_kwargs, dev_index)
+    result = op(*host_args, **host_kwargs)
+    for dev_out, host_out in fresh_outs:
+        if dev_out.shape != host_out.shape:
+            dev_out.resize_(host_out.shape)
+        memory.host_view(dev_out).copy_(host_out)
+
+    def back(value: Any) -> Any:
+        if isinstance(value, _Tensor):
+            original = to_host.get(id(value))
+            return original if original is not None else to_device(value, dev_index)
+        if isinstance(value, (list, tuple)):
+            return type(value)(back(v) for v in value)
+        return value
+
+    return back(result)
+
+
+def _use_device_generator(info: OpInfo, args: list[Any], kwargs: dict[str, Any], index: int) -> None:
+    pos = info.generator_pos
+    assert pos is not None
+    if pos < len(args):
+        if args[pos] is None:
+            args[pos] = rng.generator(index)
+    elif kwargs.get("generator") is None:
+        kwargs["generator"] = rng.generator(index)

@@ -1,0 +1,232 @@
+"""The refaccel runtime: device identity, lazy initialisation, driver modes, fork rules, poison.
+
+Discovery and initialisation are separate contracts (seeds/004). ``device_count()`` and
+``describe_devices()`` read configuration only and never initialise, so a parent may fork
+safely after asking. The first device call initialises the runtime in this process
+(``ensure_ready``); a child forked after that refuses every device call and recommends spawn::
+
+    >>> from opmatrix.backend.refaccel import runtime
+    >>> runtime.device_count()        # no initialisation
+    2
+    >>> runtime.ensure_ready()        # what every kernel does first (cheap once initialised)
+
+Initialisation fails with a distinct message per cause, chosen by ``OPMATRIX_REFACCEL_DRIVER``:
+``incompatible`` (driver too old), ``busy`` (owned by another tenant), ``missing`` (no driver)
+and ``reset`` (device in reset).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from dataclasses import dataclass
+
+__all__ = [
+    "DeviceSpec",
+    "RefaccelInitError",
+    "RefaccelForkError",
+    "RefaccelPoisonedError",
+    "device_count",
+    "describe_devices",
+    "ensure_ready",
+    "generation",
+    "is_initialized",
+    "poison",
+    "versions",
+]
+
+DEVICE_COUNT = 2
+RUNTIME_VERSION = "2.4.0"
+MIN_DRIVER = "2.0"
+_UUID_NAMESPACE = uuid.UUID("5d2f6a3e-8a31-4f0e-9d43-0b7f6c1e2a10")
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """One simulated device: what the runtime reports about it."""
+
+    index: int
+    name: str
+    generation: str
+    memory_bytes: int
+    uuid: str
+    isa: str
+    firmware: str
+
+
+#: per generation: marketing name, memory capacity per device, ISA and firmware strings
+_GENERATIONS = {
+    "g1": ("RefAccel R1", 2 << 30, "rax1.0", "r1-fw 3.4.2"),
+    "g2": ("RefAccel R2", 4 << 30, "rax2.1", "r2-fw 5.1.0"),
+}
+
+#: driver modes: (driver version reported, init error message or None)
+_DRIVER_MODES = {
+    "ok": "2.3.1",
+    "incompatible": "1.2.0",
+    "busy": "2.3.1",
+    "missing": None,
+    "reset": "2.3.1",
+}
+
+
+class RefaccelInitError(RuntimeError):
+    """The runtime could not initialise; the message names the cause (driver, tenant, reset)."""
+
+
+class RefaccelForkError(RuntimeError):
+    """A device call in a child forked after the parent initialised refaccel."""
+
+
+class RefaccelPoisonedError(RuntimeError):
+    """The device context is unusable after a fault; only a new process recovers."""
+
+
+class _State:
+    """Process-wide runtime state; ``ready`` is the one flag the hot path reads."""
+
+    def __init__(self) -> None:
+        self.ready = False
+        self.initialized_pid: int | None = None
+        self.forked_from: int | None = None
+        self.poisoned: str | None = None
+        self.lock = threading.Lock()
+
+
+_STATE = _State()
+_GENERATION = ["g2"]
+
+
+def set_generation(gen: str) -> None:
+    """Select the simulated generation (done once by ``install``)."""
+    if gen not in _GENERATIONS:
+        raise ValueError(f"unknown refaccel generation {gen!r} (known: {', '.join(sorted(_GENERATIONS))})")
+    _GENERATION[0] = gen
+
+
+def generation() -> str:
+    """The installed generation, ``g1`` or ``g2``."""
+    return _GENERATION[0]
+
+
+def driver_mode() -> str:
+    """The simulated driver condition (``OPMATRIX_REFACCEL_DRIVER``; default ``ok``)."""
+    mode = os.environ.get("OPMATRIX_REFACCEL_DRIVER", "ok").strip().lower() or "ok"
+    return mode if mode in _DRIVER_MODES else "ok"
+
+
+def device_count() -> int:
+    """Number of devices, from configuration only: never initialises (fork-safe discovery)."""
+    return 0 if driver_mode() == "missing" else DEVICE_COUNT
+
+
+def describe_devices() -> list[DeviceSpec]:
+    """Identity of every device (name, generation, capacity, stable UUID); never initialises."""
+    name, memory, isa, firmware = _GENERATIONS[generation()]
+    return [
+        DeviceSpec(
+            index=i,
+            name=f"{name} #{i}",
+            generation=generation(),
+            memory_bytes=memory,
+            uuid="RA-" + str(uuid.uuid5(_UUID_NAMESPACE, f"{generation()}/{i}")),
+            isa=isa,
+            firmware=firmware,
+        )
+        for i in range(device_count())
+    ]
+
+
+def versions() -> dict[str, str | None]:
+    """Driver, firmware, ISA and runtime version strings (driver None when no driver is found)."""
+    _, _, isa, firmware = _GENERATIONS[generation()]
+    return {
+        "driver": _DRIVER_MODES[driver_mode()],
+        "firmware": firmware,
+        "isa": isa,
+        "stepping": "A1" if generation() == "g2" else "B0",
+        "backend_version": RUNTIME_VERSION,
+    }
+
+
+def _init_failure() -> str | None:
+    mode = driver_mode()
+    if mode == "incompatible":
+        return (
+            f"refaccel driver {_DRIVER_MODES[mode]} is older than the minimum {MIN_DRIVER} required by this "
+            f"runtime ({RUNTIME_VERSION}); upgrade the refaccel driver package"
+        )
+    if mode == "busy":
+        spec = describe_devices()[0]
+        return (
+            f"refaccel:0 ({spec.uuid}) is busy: the device partition is owned by another tenant "
+            "(exclusive-process mode); wait for it to be released or select another partition"
+        )
+    if mode == "missing":
+        return "refaccel kernel driver not loaded: /dev/refaccel0 not found; install or load the refaccel driver"
+    if mode == "reset":
+        return "refaccel:0 is in reset (firmware recovery in progress); retry after the reset completes"
+    return None
+
+
+def is_initialized() -> bool:
+    """Whether this process initialised the runtime (a forked child reports False)."""
+    return _STATE.initialized_pid is not None and _STATE.forked_from is None
+
+
+def initialize() -> None:
+    """Initialise the runtime in this process, or raise ``RefaccelInitError`` naming the cause."""
+    with _STATE.lock:
+        if _STATE.forked_from is not None:
+            raise RefaccelForkError(_fork_message())
+        if _STATE.initialized_pid is not None:
+            return
+        problem = _init_failure()
+        if problem:
+            raise RefaccelInitError(problem)
+        _STATE.initialized_pid = os.getpid()
+        _STATE.ready = _STATE.poisoned is None
+
+
+def _fork_message() -> str:
+    return (
+        f"refaccel: this process was forked after refaccel was initialised in its parent (pid "
+        f"{_STATE.forked_from}); device state (contexts, allocator, streams) cannot be used across fork. "
+        "Use the 'spawn' or 'forkserver' multiprocessing start method and initialise refaccel in the child."
+    )
+
+
+def ensure_ready() -> None:
+    """Raise unless device calls may run here; initialises lazily on the first call."""
+    if _STATE.ready:
+        return
+    if _STATE.forked_from is not None:
+        raise RefaccelForkError(_fork_message())
+    if _STATE.poisoned is not None:
+        raise RefaccelPoisonedError(
+            f"refaccel: device context is poisoned ({_STATE.poisoned}); every later call fails until the "
+            "process restarts"
+        )
+    initialize()
+
+
+def poison(reason: str) -> None:
+    """Mark the context unusable: every later device call raises ``RefaccelPoisonedError``."""
+    _STATE.poisoned = reason
+    _STATE.ready = False
+
+
+def poisoned() -> str | None:
+    """Why the context is poisoned, or None."""
+    return _STATE.poisoned
+
+
+def _after_fork_in_child() -> None:
+    if _STATE.initialized_pid is not None:
+        _STATE.forked_from = _STATE.initialized_pid
+        _STATE.ready = False
+    _STATE.lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
