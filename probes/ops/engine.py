@@ -152,7 +152,7 @@ def _root_cause(exc: BaseException) -> BaseException:
 class _State:
     adapter: Adapter
     ops: dict[str, OpEntry]
-    overloads: dict[Any, list[str]] = field(default_factory=dict)
+    overloads: observe.OverloadCache = field(default_factory=observe.OverloadCache)
     backend_fallback: bool = False
 
 
@@ -258,7 +258,13 @@ def _device_values(unit: _Unit, device: Any) -> Any:
     return _map(unit.variants, lambda v: to_device(v, device))
 
 
-def _run_device(st: _State, fn: Callable[..., Any], values: Any) -> tuple[Any, list[str], Any]:
+def _run_device(st: _State, fn: Callable[..., Any], values: Any, record: bool = True) -> tuple[Any, list[str], Any]:
+    """Run on the device; record the leaf ops only when they can matter (composites)."""
+    if not record:
+        with st.adapter.observe_fallback() as seen:
+            out = _call(fn, values)
+        st.adapter.synchronize()
+        return _to_cpu(out), [], seen
     rec = observe.LeafRecorder()
     with st.adapter.observe_fallback() as seen, rec:
         out = _call(fn, values)
@@ -285,8 +291,11 @@ def _probe_eager(st: _State, entry: OpEntry, unit: _Unit, dtype: torch.dtype, op
     result = SampleResult(op=unit.overload, rank=unit.rank, layout=unit.layout, mode=Mode.eager,
                           path=ExecPath.rejected, outcome=Outcome.ok, features=unit.features)
     unit_id = f"{unit.index}/{unit.layout.value}/eager"
+    # an overload with a backend kernel is native (or fallback by the adapter's evidence):
+    # only composites need the leaf ops, and recording them costs a Python call per op
+    record = not observe.registration(observe.qualified(unit.overload), st.adapter.dispatch_key).backend
     try:
-        out, leaf, seen = _run_device(st, fn, _device_values(unit, device))
+        out, leaf, seen = _run_device(st, fn, _device_values(unit, device), record)
     except Exception as exc:  # noqa: BLE001 - classified narrowly just below
         fault = _fault_from_exception(st, unit_id, exc)
         result.error = _error_info(exc, unit.overload, st.adapter.device_type, dname)
@@ -301,7 +310,7 @@ def _probe_eager(st: _State, entry: OpEntry, unit: _Unit, dtype: torch.dtype, op
         result.rtol, result.atol, result.reference = rtol, atol, kind
         result.max_abs, result.max_rel = res.max_abs, res.max_rel
     if not ok and opts.retry_wrong:
-        out2, _, _ = _run_device(st, fn, _device_values(unit, device))
+        out2, _, _ = _run_device(st, fn, _device_values(unit, device), False)
         ok2, _ = _judge(ref, out2, unit.overload, dtype, comparable)
         if ok2:
             result.flaky = True
@@ -418,7 +427,7 @@ def _probe_compile(st: _State, entry: OpEntry, unit: _Unit, dtype: torch.dtype, 
 
 
 def _overload_of(st: _State, entry: OpEntry, values: Any) -> str:
-    key = (entry.full_name, observe.signature_of(values))
+    key = f"{entry.full_name}|{observe.signature_of(values)!r}"
     calls = st.overloads.get(key)
     if calls is None:
         try:
@@ -431,7 +440,7 @@ def _overload_of(st: _State, entry: OpEntry, values: Any) -> str:
             except Exception:  # noqa: BLE001
                 pass
             calls = rec.ops
-        st.overloads[key] = calls
+        st.overloads.put(key, calls)
     return observe.primary_overload(calls) or f"opinfo.{entry.full_name}"
 
 
@@ -563,6 +572,7 @@ def probe_task(adapter_or_ctx: Any, source: str, dtype_name: str, *, options: Ma
                     progress(cid)
                 results.append(_probe_compile(st, entry, unit, dtype, ref, eager))
             compile_done[ckey] = True
+    st.overloads.flush()
     cells = cells_from_samples(results, dtype_name)
     faults = [r.outcome for r in results if r.outcome.is_fault]
     record = TaskRecord(

@@ -86,11 +86,15 @@ def source_hash(entries: Iterable[OpEntry]) -> str:
 
 def generate_samples(entry: OpEntry, dtype: Any, *, seed: int = 0, limit: int | None = None) -> list[Any]:
     """CPU samples of ``entry`` at ``dtype``, reproducible (seeded once per call)."""
+    import random
+
     import torch
 
+    # seed once per (op, dtype): OpInfo's default re-seeds before every sample (126 us each)
     torch.manual_seed(seed)
+    random.seed(seed)
     samples = []
-    for i, s in enumerate(entry.info.sample_inputs("cpu", dtype, requires_grad=False)):
+    for i, s in enumerate(entry.info.sample_inputs("cpu", dtype, requires_grad=False, set_seed=False)):
         if limit is not None and i >= limit:
             break
         samples.append(s)
