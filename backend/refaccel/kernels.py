@@ -28,8 +28,8 @@ __all__ = ["register_kernels", "violation"]
 _STATE = runtime._STATE
 
 
-#: violations a composite route may serve (a different dtype or rank is never composed)
-_COMPOSABLE = ("layout", "arg")
+#: violations a composite route may serve (a different dtype is never composed)
+_COMPOSABLE = ("layout", "arg", "rank")
 
 
 def violation(
@@ -59,6 +59,7 @@ def _make_kernel(op: torch._ops.OpOverload, rule: Rule, generation: str) -> Call
     name, base = info.name, info.base
     dim_pos, defect = info.dim_pos, rule.defect
     compose = rule.otherwise == "compose"
+    implicit = _is_implicit(op)
     run = hostexec.run
     device_tensors = hostexec.device_tensors
 
@@ -71,8 +72,11 @@ def _make_kernel(op: torch._ops.OpOverload, rule: Rule, generation: str) -> Call
         why = violation(rule, tensors, args, dim_pos)
         if why is None:
             return run(op, args, kwargs, defect=defect)
-        if compose and why[0] in _COMPOSABLE and composite.can_compose(base):
-            return composite.compose(base, args, kwargs)
+        if compose and why[0] in _COMPOSABLE:
+            if implicit:  # run PyTorch's own composite on the device's other kernels
+                return op.decompose(*args, **kwargs)
+            if composite.can_compose(base):
+                return composite.compose(base, args, kwargs)
         if fallback.allowed(base):
             return fallback.run_counted(op, args, kwargs)
         raise unsupported_call(name, why[1], tensors, rule.describe())
@@ -85,13 +89,28 @@ def _resolve(name: str) -> torch._ops.OpOverload:
     ns, _, rest = name.partition("::")
     base, _, overload = rest.partition(".")
     packet = getattr(getattr(torch.ops, ns), base)
-    op = getattr(packet, overload or "default")
-    if torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd"):
-        raise ValueError(
-            f"kernels.yaml: {name} is CompositeImplicitAutograd; a backend kernel for it would bypass its "
-            "autograd formula. List the ops it decomposes into instead."
-        )
-    return op
+    return getattr(packet, overload or "default")
+
+
+def _is_implicit(op: torch._ops.OpOverload) -> bool:
+    return torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")
+
+
+def _autograd_kernel(op: torch._ops.OpOverload) -> Callable[..., Any]:
+    """For a CompositeImplicitAutograd op with a native kernel: keep autograd working.
+
+    A backend kernel for such an op displaces its composite from the autograd key too, so this
+    kernel differentiates through the composite (full dispatch of its components) when a grad is
+    needed, and otherwise calls the native kernel below autograd.
+    """
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        if torch.is_grad_enabled() and any(t.requires_grad for t in hostexec.device_tensors(args, kwargs)):
+            return op.decompose(*args, **kwargs)
+        with torch._C._AutoDispatchBelowAutograd():
+            return op(*args, **kwargs)
+
+    return kernel
 
 
 def register_kernels(lib: torch.library.Library, generation: str) -> dict[str, Rule]:
@@ -99,5 +118,8 @@ def register_kernels(lib: torch.library.Library, generation: str) -> dict[str, R
     rules = load_rules(generation)
     for name, rule in rules.items():
         op = _resolve(name)
-        lib.impl(name.removeprefix("aten::"), _make_kernel(op, rule, generation), "PrivateUse1")
+        short = name.removeprefix("aten::")
+        lib.impl(short, _make_kernel(op, rule, generation), "PrivateUse1")
+        if _is_implicit(op):
+            lib.impl(short, _autograd_kernel(op), "AutogradPrivateUse1")
     return rules
