@@ -1,0 +1,214 @@
+"""Which device-generic PyTorch APIs reach a backend: generically, only through its own module, or not.
+
+A framework written against ``torch.accelerator``, ``torch.Stream`` / ``torch.Event`` or
+``torch.get_device_module`` works on a backend only where those reach it; a pure-Python backend
+often serves them only as ``torch.<device>.x``. Each API is *tried* (never inferred from
+``hasattr``), and the checks then use the best path found::
+
+    torch.accelerator.memory_allocated   own_module  generic: RuntimeError: device_allocator INTERNAL ASSERT ...
+    torch.Stream                         generic     torch.Stream(device=refaccel:0)
+
+The table below is data: (capability, how to call it generically, the own module's attribute).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from opmatrix.schema import ApiCoverage, ApiService
+
+if TYPE_CHECKING:
+    from .context import Probe
+
+__all__ = ["ACCELERATOR_FUNCS", "survey"]
+
+#: exceptions that mean "this path does not serve the API" (anything else is a bug worth seeing)
+NOT_SERVED = (RuntimeError, NotImplementedError, AttributeError, TypeError, ValueError, AssertionError)
+
+#: capability -> (torch.accelerator function, own-module attribute, whether it takes the device index)
+ACCELERATOR_FUNCS: dict[str, tuple[str, str, bool]] = {
+    "device_count": ("device_count", "device_count", False),
+    "current_device_index": ("current_device_index", "current_device", False),
+    "set_device_index": ("set_device_index", "set_device", True),
+    "synchronize": ("synchronize", "synchronize", True),
+    "current_stream": ("current_stream", "current_stream", True),
+    "memory_allocated": ("memory_allocated", "memory_allocated", True),
+    "memory_reserved": ("memory_reserved", "memory_reserved", True),
+    "max_memory_allocated": ("max_memory_allocated", "max_memory_allocated", True),
+    "reset_peak_memory_stats": ("reset_peak_memory_stats", "reset_peak_memory_stats", True),
+    "memory_stats": ("memory_stats", "memory_stats", True),
+    "empty_cache": ("empty_cache", "empty_cache", False),
+    "get_memory_info": ("get_memory_info", "mem_get_info", True),
+    "get_device_capability": ("get_device_capability", "get_device_capability", True),
+}
+
+#: entry points a framework expects on ``torch.get_device_module(device_type)``
+MODULE_ENTRY_POINTS = (
+    "is_available", "device_count", "current_device", "set_device", "synchronize", "manual_seed",
+    "get_rng_state", "set_rng_state", "Stream", "Event", "current_stream", "memory_allocated",
+    "empty_cache",
+)
+
+Entry = tuple[ApiCoverage, Callable[..., Any] | None, str | None]
+
+
+def _short(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:160]}"
+
+
+def _try(call: Callable[[], Any]) -> str | None:
+    """None when ``call`` works, else why not."""
+    try:
+        call()
+    except NOT_SERVED as exc:
+        return _short(exc)
+    return None
+
+
+def _accelerator_matches(probe: Probe) -> str | None:
+    """None when ``torch.accelerator`` is this backend, else why its functions cannot apply."""
+    import torch
+
+    acc = torch.accelerator.current_accelerator()
+    if acc is None:
+        return "torch.accelerator.current_accelerator() is None"
+    if acc.type != probe.device_type:
+        return f"torch.accelerator.current_accelerator() is {acc.type}, not {probe.device_type}"
+    return None
+
+
+def _function(probe: Probe, generic_name: str, own_name: str, takes_index: bool) -> Entry:
+    """``torch.accelerator.<generic_name>``, else ``torch.<dev>.<own_name>``; the callable takes
+    the same arguments as the API it calls (no argument: the probe's device)."""
+    import torch
+
+    api = f"torch.accelerator.{generic_name}"
+    idx = probe.index
+    why_not = _accelerator_matches(probe)
+    if why_not is None:
+        fn = getattr(torch.accelerator, generic_name, None)
+        if fn is None:
+            why_not = f"this torch has no {api}"
+        else:
+
+            def generic(*args: Any, _fn: Callable[..., Any] = fn) -> Any:
+                if args:
+                    return _fn(*args)
+                return _fn(idx) if takes_index else _fn()
+
+            why_not = _try(generic)
+            if why_not is None:
+                return ApiCoverage(api=api, service=ApiService.generic, detail="served"), generic, api
+    own = getattr(probe.module(), own_name, None)
+    own_api = f"torch.{probe.device_type}.{own_name}"
+    if callable(own):
+        problem = _try(lambda: own(idx) if own_name == "set_device" else own())
+        if problem is None:
+            detail = f"{own_api}; generic: {why_not}"
+            return ApiCoverage(api=api, service=ApiService.own_module, detail=detail), own, own_api
+        why_not = f"{why_not}; {own_api}: {problem}"
+    return ApiCoverage(api=api, service=ApiService.none, detail=why_not), None, None
+
+
+def _stream_like(probe: Probe, kind: str) -> Entry:
+    """``torch.Stream`` / ``torch.Event`` on this device, else ``torch.<dev>.Stream`` / ``Event``."""
+    import torch
+
+    api = f"torch.{kind}"
+    dev = probe.device()
+
+    def exercise(obj: Any) -> None:
+        if kind == "Event":
+            obj.record()
+        obj.synchronize()
+        obj.query()
+
+    def make_generic(**kwargs: Any) -> Any:
+        return getattr(torch, kind)(device=dev, **kwargs)
+
+    why_not = _try(lambda: exercise(make_generic()))
+    if why_not is None:
+        return ApiCoverage(api=api, service=ApiService.generic, detail=f"torch.{kind}(device={dev})"), make_generic, api
+    own_cls = getattr(probe.module(), kind, None)
+    own_api = f"torch.{probe.device_type}.{kind}"
+    if own_cls is not None:
+        problem = _try(lambda: exercise(own_cls()))
+        if problem is None:
+            return ApiCoverage(api=api, service=ApiService.own_module, detail=f"{own_api}; generic: {why_not}"), own_cls, own_api
+        why_not = f"{why_not}; {own_api}: {problem}"
+    return ApiCoverage(api=api, service=ApiService.none, detail=why_not), None, None
+
+
+def _device_module(probe: Probe) -> Entry:
+    import torch
+
+    api = "torch.get_device_module"
+    try:
+        mod = torch.get_device_module(probe.device_type)
+    except NOT_SERVED as exc:
+        return ApiCoverage(api=api, service=ApiService.none, detail=_short(exc)), None, None
+    missing = [name for name in MODULE_ENTRY_POINTS if not hasattr(mod, name)]
+    detail = f"{mod.__name__}: {len(MODULE_ENTRY_POINTS) - len(missing)}/{len(MODULE_ENTRY_POINTS)} entry points"
+    if missing:
+        detail += f", lacks {', '.join(missing)}"
+    return ApiCoverage(api=api, service=ApiService.generic, detail=detail), lambda: mod, api
+
+
+def _generator(probe: Probe) -> Entry:
+    import torch
+
+    api = "torch.Generator"
+    dev = probe.device()
+
+    def make() -> Any:
+        gen = torch.Generator(device=dev)
+        gen.manual_seed(0)
+        return gen
+
+    why_not = _try(make)
+    if why_not is None:
+        return ApiCoverage(api=api, service=ApiService.generic, detail=f"torch.Generator(device={dev})"), make, api
+    mod = probe.module()
+    own = [n for n in ("manual_seed", "get_rng_state", "set_rng_state") if callable(getattr(mod, n, None))]
+    if len(own) == 3:
+        detail = f"torch.{probe.device_type}.manual_seed / get_rng_state / set_rng_state; generic: {why_not}"
+        return ApiCoverage(api=api, service=ApiService.own_module, detail=detail), lambda: mod, f"torch.{probe.device_type}"
+    return ApiCoverage(api=api, service=ApiService.none, detail=why_not), None, None
+
+
+#: torch device type -> the profiler activity that records its device-side work
+_PROFILER_ACTIVITY = {"cpu": "CPU", "cuda": "CUDA", "xpu": "XPU", "mtia": "MTIA", "hpu": "HPU"}
+
+
+def _profiler(probe: Probe) -> Entry:
+    import torch
+
+    api = "torch.profiler device activity"
+    name = _PROFILER_ACTIVITY.get(probe.device_type)
+    if name is None and probe.adapter.dispatch_key == "PrivateUse1":
+        name = "PrivateUse1"
+    activity = getattr(torch.profiler.ProfilerActivity, name, None) if name else None
+    supported = torch.profiler.supported_activities()
+    if activity is None or activity not in supported:
+        listed = ", ".join(sorted(a.name for a in supported))
+        detail = f"no supported ProfilerActivity for {probe.device_type} (supported: {listed})"
+        return ApiCoverage(api=api, service=ApiService.none, detail=detail), None, None
+    return ApiCoverage(api=api, service=ApiService.generic, detail=f"ProfilerActivity.{name}"), None, api
+
+
+def survey(probe: Probe) -> dict[str, Entry]:
+    """Try every device-generic API on ``probe``'s backend; capability -> (coverage, callable, via)."""
+    table: dict[str, Entry] = {}
+    for cap, (generic_name, own_name, takes_index) in ACCELERATOR_FUNCS.items():
+        table[cap] = _function(probe, generic_name, own_name, takes_index)
+    table["Stream"] = _stream_like(probe, "Stream")
+    table["Event"] = _stream_like(probe, "Event")
+    table["device_module"] = _device_module(probe)
+    table["Generator"] = _generator(probe)
+    table["profiler"] = _profiler(probe)
+    with contextlib.suppress(*NOT_SERVED):
+        probe.sync()  # leave the device idle after the survey's calls
+    return table

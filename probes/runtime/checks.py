@@ -1,0 +1,90 @@
+"""Runtime checks as runner tasks of kind ``runtime``: one task per check, planned in bring-up order.
+
+The runner (``opmatrix.probes.runner``) runs each task in a spawned worker whose adapter is
+already set up, and calls :func:`handle`; process-suite checks start a fresh case host from there
+(a worker that initialised the device must not fork)::
+
+    tasks = plan_runtime_tasks("refaccel", "g2")
+    tasks[0].id, tasks[0].payload     # 'runtime|import', {'check': 'import', 'level': 0, ...}
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from opmatrix.schema import RuntimeRecord
+
+from .casehost import CASE_DEADLINE
+from .catalog import CATALOG, by_name
+from .context import Probe
+from .discovery import check_driver, check_import
+from .spec import Verdict, failed
+from .worker import MARK, make_record, run_check, task_id
+
+__all__ = ["handle", "plan_runtime_tasks", "run_case_isolated"]
+
+_PROBE_KEY = "opmatrix.runtime.probe"
+
+
+def plan_runtime_tasks(adapter_spec: str, generation: str | None = None) -> list[Any]:
+    """One runner task per runtime check, ordered as seeds/004 brings a runtime up."""
+    from opmatrix.probes.runner.task import Task
+
+    return [
+        Task(id=task_id(spec.name), kind="runtime", order=i,
+             payload={"check": spec.name, "level": spec.level, "backend": adapter_spec, "generation": generation})
+        for i, spec in enumerate(CATALOG)
+    ]
+
+
+def run_case_isolated(spec: str, generation: str | None, name: str) -> Verdict:
+    """Run one process-suite case in a fresh case host (never forked from this process)."""
+    cmd = [sys.executable, "-m", "opmatrix.probes.runtime.casehost", "--backend", spec, "--cases", name, "--jobs", "1"]
+    if generation:
+        cmd += ["--generation", generation]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=CASE_DEADLINE + 60, check=False)
+    except subprocess.TimeoutExpired:
+        return failed(f"the case host did not finish within {CASE_DEADLINE + 60:.0f} s")
+    for line in done.stdout.splitlines():
+        if line.startswith(MARK):
+            rec = RuntimeRecord.model_validate(json.loads(line[len(MARK):])["record"])
+            check = rec.check
+            return Verdict(check.result, check.evidence, check.advice, check.via)
+    tail = " | ".join(done.stderr.strip().splitlines()[-3:])[-400:]
+    return failed(f"the case host (exit {done.returncode}) reported nothing: {tail}")
+
+
+def handle(
+    ctx: Any,
+    task: Any,
+    progress: Callable[[str], None],
+    skip: Mapping[str, Any],
+    skip_rest: Any,
+) -> RuntimeRecord:
+    """Run the runtime check ``task.payload['check']`` in a runner worker (``ctx.adapter`` is set up)."""
+    name = str(task.payload["check"])
+    spec = by_name(name)
+    backend = str(task.payload.get("backend") or ctx.adapter.name)
+    generation = task.payload.get("generation")
+    fault = skip.get(name) or skip_rest
+    if fault is not None:
+        signal = f" ({fault.signal})" if fault.signal else ""
+        return make_record(spec, failed(f"{fault.outcome}: {fault.message}{signal}"))
+    progress(name)
+    if spec.kind == "process":
+        verdict = run_case_isolated(backend, generation, name)
+    elif name == "import":
+        verdict = check_import(ctx.adapter)
+    elif name == "driver":
+        verdict = check_driver(ctx.adapter)
+    else:
+        probe = ctx.cache.get(_PROBE_KEY)
+        if probe is None:
+            probe = ctx.cache[_PROBE_KEY] = Probe.from_adapter(ctx.adapter, backend, generation)
+        verdict = run_check(spec, probe)
+    return make_record(spec, verdict, ctx.adapter.evidence_key())

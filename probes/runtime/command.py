@@ -1,0 +1,122 @@
+"""``opmatrix doctor --backend NAME``: the level 0/1 checks in bring-up order, as a readable table.
+
+Exit codes: 0 when no level 0/1 check fails (checks that could not be decided are listed as
+``unknown`` with what to do), 1 when any check fails, 2 on invalid input (unknown backend)::
+
+    $ opmatrix doctor --backend refaccel
+    stage 1: enumerate and identify a device
+      check             lvl  result  evidence                                    next step
+      import            0    pass    import opmatrix.backend.refaccel: 0.03 s
+      ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import TextIO
+
+from opmatrix.schema import CheckResult, Runtime, RuntimeCheck
+
+from .catalog import STAGES, by_name
+from .execute import run_checks, runtime_from_records
+
+__all__ = ["doctor", "exit_code", "render"]
+
+_EVIDENCE_WIDTH = 78
+
+
+def exit_code(runtime: Runtime) -> int:
+    """1 when any level 0/1 check failed, else 0."""
+    return 1 if any(c.result is CheckResult.failed and c.level <= 1 for c in runtime.checks) else 0
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _row(check: RuntimeCheck, name_width: int) -> str:
+    result = check.result.value if check.result is not CheckResult.failed else "FAIL"
+    evidence = check.evidence + (f" [via {check.via}]" if check.via else "")
+    line = f"  {check.name:<{name_width}}  {check.level:<3}  {result:<14}  {_cut(evidence, _EVIDENCE_WIDTH)}"
+    if check.result in (CheckResult.failed, CheckResult.unknown) and check.advice:
+        line = f"{line:<{name_width + 24 + _EVIDENCE_WIDTH}}  -> {check.advice}"
+    return line.rstrip()
+
+
+def render(runtime: Runtime, title: str, out: TextIO) -> None:
+    """Print the doctor table: stages in bring-up order, devices, API coverage, a verdict line."""
+    width = max((len(c.name) for c in runtime.checks), default=10)
+    print(title, file=out)
+    stage = None
+    for check in runtime.checks:
+        try:
+            this = by_name(check.name).stage
+        except KeyError:
+            this = 0
+        if this != stage:
+            stage = this
+            print(f"\nstage {stage}: {STAGES.get(stage, 'other')}", file=out)
+            header = f"  {'check':<{width}}  {'lvl':<3}  {'result':<14}  {'evidence':<{_EVIDENCE_WIDTH}}  next step"
+            print(header, file=out)
+        print(_row(check, width), file=out)
+    if runtime.devices:
+        print("\ndevices:", file=out)
+        for dev in runtime.devices:
+            props = ", ".join(f"{k} {v}" for k, v in sorted(dev.properties.items()))
+            print(f"  #{dev.index} {dev.name}  id {dev.uuid or '-'}  {props}", file=out)
+    versions = {k: v for k, v in runtime.capabilities.items() if k in ("driver", "firmware", "isa", "backend_version")}
+    if versions:
+        print("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()), file=out)
+    if runtime.claimed_dtypes:
+        print("claimed dtypes: " + ", ".join(d.value for d in runtime.claimed_dtypes), file=out)
+    if runtime.apis:
+        print("\ngeneric API coverage (generic / own_module / none):", file=out)
+        for api in runtime.apis:
+            print(f"  {api.api:<40} {api.service.value:<11} {_cut(api.detail, 90)}", file=out)
+    print("\n" + verdict_line(runtime), file=out)
+
+
+def verdict_line(runtime: Runtime) -> str:
+    """The last line: the levels' verdict and the checks that decide it."""
+    counts = {r: sum(c.result is r for c in runtime.checks) for r in CheckResult}
+    tally = ", ".join(f"{n} {r.value}" for r, n in counts.items() if n)
+    failed = [c for c in runtime.checks if c.result is CheckResult.failed]
+    if failed:
+        names = "; ".join(f"{c.name}: {_cut(c.evidence, 120)}" for c in failed[:4])
+        return f"levels 0-1: FAIL ({tally}) -- {names}"
+    undecided = [c.name for c in runtime.checks if c.result is CheckResult.unknown]
+    note = f"; undecided: {', '.join(undecided)}" if undecided else ""
+    return f"levels 0-1: pass ({tally}){note}"
+
+
+def doctor(args: argparse.Namespace) -> int:
+    """Run the level 0/1 checks against ``args.backend`` and print the table (or ``--json``)."""
+    from opmatrix.backend.registry import UnknownBackend, get_adapter
+
+    from opmatrix.cli import UsageError
+
+    generation = getattr(args, "generation", None)
+    try:
+        adapter = get_adapter(args.backend, generation)
+    except UnknownBackend as exc:
+        raise UsageError(str(exc)) from None
+    except ValueError as exc:
+        raise UsageError(f"--backend {args.backend} --generation {generation}: {exc}") from None
+    start = time.monotonic()
+    runtime = runtime_from_records(run_checks(args.backend, generation))
+    seconds = time.monotonic() - start
+    code = exit_code(runtime)
+    if getattr(args, "json", False):
+        payload = {"backend": args.backend, "generation": generation, "exit_code": code,
+                   "seconds": round(seconds, 1), "runtime": runtime.model_dump(mode="json")}
+        print(json.dumps(payload, indent=2, sort_keys=True))
+        return code
+    verified = "" if adapter.verified else " (adapter unverified on real hardware)"
+    gen = f" {generation}" if generation else ""
+    title = (f"opmatrix doctor: {args.backend}{gen}{verified}: {len(runtime.checks)} level 0/1 checks "
+             f"in {seconds:.1f} s, in seeds/004 bring-up order")
+    render(runtime, title, sys.stdout)
+    return code

@@ -1,0 +1,195 @@
+"""Run the runtime checks in isolated processes and turn their records into the matrix section.
+
+Two children run at once: a :mod:`.worker` for the in-process checks (replaced after a crash or
+a hang, which is blamed on the check it had announced) and a :mod:`.casehost` for the process
+suite. Records arrive as they finish; the result is in catalog (bring-up) order::
+
+    records = run_checks("refaccel", "g2")
+    runtime = runtime_from_records(records)       # devices, claimed dtypes, capabilities, checks, apis
+    runtime.check("fork_after_init").result       # CheckResult.passed
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import IO
+
+from opmatrix.schema import ApiCoverage, DeviceInfo, Runtime, RuntimeCheck, RuntimeRecord
+from opmatrix.schema.enums import DTYPES
+
+from .catalog import CATALOG, by_name
+from .children import describe_exit
+from .spec import Verdict, failed, unknown
+from .worker import MARK, make_record
+
+__all__ = ["CHECK_DEADLINE", "collect_runtime", "run_checks", "runtime_from_records"]
+
+#: deadline of one in-worker check (the slowest, oom / views on a big claim set, take ~1 s)
+CHECK_DEADLINE = 60.0
+#: worker replacements before the remaining checks are given up as unknown
+MAX_RESTARTS = 3
+
+
+@dataclass
+class _Child:
+    """One running child process and what it has said so far."""
+
+    kind: str
+    proc: subprocess.Popen[bytes]
+    stderr: IO[bytes]
+    todo: list[str]
+    current: str | None = None
+    since: float = field(default_factory=time.monotonic)
+    buffer: bytes = b""
+
+    def stderr_tail(self) -> str:
+        self.stderr.seek(0)
+        text = self.stderr.read().decode(errors="replace").strip()
+        return " | ".join(text.splitlines()[-3:])[-400:]
+
+
+def _launch(kind: str, spec: str, generation: str | None, names: Sequence[str]) -> _Child:
+    module = "worker" if kind == "worker" else "casehost"
+    flag = "--checks" if kind == "worker" else "--cases"
+    cmd = [sys.executable, "-m", f"opmatrix.probes.runtime.{module}", "--backend", spec, flag, ",".join(names)]
+    if generation:
+        cmd += ["--generation", generation]
+    stderr = tempfile.TemporaryFile()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL)
+    return _Child(kind, proc, stderr, list(names))
+
+
+def _lines(child: _Child, chunk: bytes) -> list[str]:
+    child.buffer += chunk
+    *lines, child.buffer = child.buffer.split(b"\n")
+    return [ln.decode(errors="replace")[len(MARK):] for ln in lines if ln.startswith(MARK.encode())]
+
+
+def run_checks(
+    spec: str,
+    generation: str | None = None,
+    names: Iterable[str] | None = None,
+    on_record: Callable[[RuntimeRecord], None] | None = None,
+    check_deadline: float = CHECK_DEADLINE,
+) -> list[RuntimeRecord]:
+    """Run the named checks (default: all) against backend ``spec``; records in catalog order."""
+    import json
+
+    wanted = [s for s in CATALOG if names is None or s.name in set(names)]
+    records: dict[str, RuntimeRecord] = {}
+
+    def record(rec: RuntimeRecord) -> None:
+        records[rec.check.name] = rec
+        if on_record is not None:
+            on_record(rec)
+
+    children = []
+    worker_names = [s.name for s in wanted if s.kind == "worker"]
+    case_names = [s.name for s in wanted if s.kind == "process"]
+    if worker_names:
+        children.append(_launch("worker", spec, generation, worker_names))
+    if case_names:
+        children.append(_launch("process", spec, generation, case_names))
+    sel = selectors.DefaultSelector()
+    for child in children:
+        sel.register(child.proc.stdout, selectors.EVENT_READ, child)  # type: ignore[arg-type]
+    restarts = 0
+    while children:
+        for key, _ in sel.select(timeout=0.2):
+            child = key.data
+            chunk = os.read(key.fileobj.fileno(), 65536)  # type: ignore[union-attr]
+            for line in _lines(child, chunk):
+                event = json.loads(line)
+                if event["event"] == "start":
+                    child.current, child.since = event["check"], time.monotonic()
+                else:
+                    rec = RuntimeRecord.model_validate(event["record"])
+                    record(rec)
+                    child.current = None
+                    if rec.check.name in child.todo:
+                        child.todo.remove(rec.check.name)
+            if not chunk:
+                sel.unregister(key.fileobj)
+        for child in list(children):
+            limit = check_deadline if child.kind == "worker" else 300.0
+            hung = child.current is not None and time.monotonic() - child.since > limit
+            if child.proc.poll() is None and not hung:
+                continue
+            if hung:
+                child.proc.kill()
+            child.proc.wait()
+            try:
+                sel.unregister(child.proc.stdout)  # type: ignore[arg-type]
+            except (KeyError, ValueError):
+                pass
+            children.remove(child)
+            if not child.todo:
+                continue
+            blamed = child.current or child.todo[0]
+            if hung:
+                verdict = failed(f"hung: no result within {limit:.0f} s (the worker was killed)")
+            else:
+                verdict = failed(f"crashed: the {child.kind} process ended ({describe_exit(child.proc.returncode)}) "
+                                 f"during this check; stderr: {child.stderr_tail()}")
+            record(make_record(by_name(blamed), verdict))
+            rest = [n for n in child.todo if n != blamed]
+            if rest and child.kind == "worker" and restarts < MAX_RESTARTS:
+                restarts += 1
+                new = _launch("worker", spec, generation, rest)
+                children.append(new)
+                sel.register(new.proc.stdout, selectors.EVENT_READ, new)  # type: ignore[arg-type]
+            else:
+                for name in rest:
+                    record(make_record(by_name(name), _given_up(child.kind)))
+    order = {s.name: i for i, s in enumerate(CATALOG)}
+    return sorted(records.values(), key=lambda r: order.get(r.check.name, len(order)))
+
+
+def _given_up(kind: str) -> Verdict:
+    return unknown(f"not run: the {kind} process failed repeatedly before reaching this check")
+
+
+def runtime_from_records(records: Iterable[RuntimeRecord]) -> Runtime:
+    """The matrix ``runtime`` section from journal records (any order; later records win)."""
+    checks: dict[str, RuntimeCheck] = {}
+    devices: dict[int, DeviceInfo] = {}
+    apis: dict[str, ApiCoverage] = {}
+    claimed: set[str] = set()
+    capabilities: dict[str, str | int | float | bool | None] = {}
+    for rec in records:
+        checks[rec.check.name] = rec.check
+        if rec.runtime is not None:
+            devices.update({d.index: d for d in rec.runtime.devices})
+            claimed.update(str(d) for d in rec.runtime.claimed_dtypes)
+            capabilities.update(rec.runtime.capabilities)
+            apis.update({a.api: a for a in rec.runtime.apis})
+    capabilities.update(_fork_capability(checks))
+    order = {s.name: i for i, s in enumerate(CATALOG)}
+    return Runtime(
+        devices=[devices[i] for i in sorted(devices)],
+        claimed_dtypes=[d for d in DTYPES if d in claimed],  # type: ignore[misc]
+        capabilities=dict(sorted(capabilities.items())),
+        checks=sorted(checks.values(), key=lambda c: (order.get(c.name, len(order)), c.name)),
+        apis=sorted(apis.values(), key=lambda a: a.api),
+    )
+
+
+def _fork_capability(checks: dict[str, RuntimeCheck]) -> dict[str, str]:
+    """A one-word summary of the fork rule the backend follows (for capability queries)."""
+    check = checks.get("fork_after_init")
+    if check is None or check.result.value != "pass":
+        return {}
+    return {"fork_after_init": "works" if check.evidence.startswith("fork-safe") else "rejected_with_error"}
+
+
+def collect_runtime(backend: str, generation: str | None = None,
+                    on_record: Callable[[RuntimeRecord], None] | None = None) -> Runtime:
+    """Run every runtime check against ``backend`` in isolated processes; the matrix section."""
+    return runtime_from_records(run_checks(backend, generation, on_record=on_record))
