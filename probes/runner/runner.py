@@ -498,7 +498,7 @@ def run(
             state.loop()
     except _Aborted as exc:
         summary.aborted = True
-        summary.message = f"aborted: {exc}"
+        summary.message = str(exc)
     except KeyboardInterrupt:
         summary.interrupted = True
         again = state.command if "--resume" in state.command else f"{state.command} --resume"
@@ -516,6 +516,10 @@ def run(
         f"{summary.recorded}/{summary.planned} tasks recorded in {state.path} ({summary.reused} reused, "
         f"{summary.resumed} resumed, {summary.restarts} worker restarts, {summary.faulted} faulted cells)"
     )
+    if summary.aborted:
+        state.progress.note(f"aborted: {summary.message}")
+    elif summary.interrupted:
+        state.progress.note(summary.message)
     if progress or summary.message:
-        state.progress.note(f"{summary.message + ': ' if summary.message else ''}{tail}")
+        state.progress.note(tail)
     return summary
