@@ -61,14 +61,9 @@ def unsupported_dtype(op: str, dtype: torch.dtype, index: int, storable: Sequenc
     )
 
 
-def no_kernel(op: str, tensors: Sequence[torch.Tensor], generation: str, in_graph: bool) -> RefaccelUnsupportedError:
-    """No native kernel and the host fallback is not allowed for this op."""
-    hint = (
-        "host fallback is not available inside compiled graphs"
-        if in_graph
-        else "try torch.compile(backend='refaccel'), which decomposes some ops into native kernels"
-    )
+def no_kernel(op: str, tensors: Sequence[torch.Tensor], generation: str, reason: str) -> RefaccelUnsupportedError:
+    """No native kernel, and the host fallback may not serve this call (``reason`` says why)."""
     return RefaccelUnsupportedError(
-        f"refaccel: {op} is not supported on {_device(tensors)} (generation {generation}: no native kernel, "
-        f"and host fallback is not allowed for this op; {hint}) [call: {_call(tensors)}]"
+        f"refaccel: {op} is not supported on {_device(tensors)} (generation {generation}: no native kernel; "
+        f"{reason}) [call: {_call(tensors)}]"
     )

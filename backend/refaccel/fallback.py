@@ -27,23 +27,28 @@ __all__ = ["allowed", "fallback_counts", "reset_fallback_counts", "host_fallback
 
 _COUNTS: dict[str, int] = {}
 _ALLOWED: set[str] = set()
+_DTYPES: set[torch.dtype] = set()
 _GENERATION = ["g2"]
 _LOCAL = threading.local()
 _STATE = runtime._STATE
 
 
-def configure(generation: str, allowed_ops: frozenset[str]) -> None:
+def configure(generation: str, allowed_ops: frozenset[str], dtypes: frozenset[torch.dtype]) -> None:
     """Set the generation's fallback policy (called by ``install``)."""
     _GENERATION[0] = generation
     _ALLOWED.clear()
     _ALLOWED.update(allowed_ops)
+    _DTYPES.clear()
+    _DTYPES.update(dtypes)
 
 
-def allowed(base: str) -> bool:
-    """Whether operator ``base`` (``aten::sort``) may run on the host here and now."""
+def allowed(base: str, tensors: list[torch.Tensor]) -> bool:
+    """Whether operator ``base`` (``aten::sort``) may run on the host here, for these tensors."""
     if getattr(_LOCAL, "in_graph", False):
         return False
-    return base in _ALLOWED or base.rstrip("_") in _ALLOWED
+    if base not in _ALLOWED and base.rstrip("_") not in _ALLOWED:
+        return False
+    return all(t.dtype in _DTYPES for t in tensors)
 
 
 def fallback_counts() -> dict[str, int]:
@@ -81,6 +86,19 @@ def host_fallback(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
     info = hostexec.op_info(op)
     if faults.ACTIVE:
         faults.trigger(info.name, info.base)
-    if allowed(info.base):
+    tensors = hostexec.device_tensors(args, kwargs)
+    if allowed(info.base, tensors):
         return run_counted(op, args, kwargs)
-    raise no_kernel(info.name, hostexec.device_tensors(args, kwargs), _GENERATION[0], getattr(_LOCAL, "in_graph", False))
+    raise no_kernel(info.name, tensors, _GENERATION[0], _why_not(info.base, tensors))
+
+
+def _why_not(base: str, tensors: list[torch.Tensor]) -> str:
+    if getattr(_LOCAL, "in_graph", False):
+        return "host fallback is not available inside compiled graphs"
+    if base in _ALLOWED or base.rstrip("_") in _ALLOWED:
+        bad = sorted({str(t.dtype).removeprefix("torch.") for t in tensors if t.dtype not in _DTYPES})
+        return f"the host fallback does not serve dtype {', '.join(bad)}"
+    return (
+        "host fallback is not allowed for this op; try torch.compile(backend='refaccel'), which decomposes "
+        "some ops into native kernels"
+    )

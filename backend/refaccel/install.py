@@ -15,9 +15,9 @@ import sys
 import torch
 from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
-from . import basics, composite, fallback, faults, kernels, runtime, serialization
+from . import basics, composite, fallback, faults, kernels, printing, runtime, serialization
 from .module import RefaccelModule
-from .table import load_fallback_ops, load_rules
+from .table import load_fallback_dtypes, load_fallback_ops, load_rules
 
 __all__ = ["install", "installed_generation"]
 
@@ -79,7 +79,8 @@ def install(generation: str | None = None) -> str:
     basics.register_basics(aten)
     rules = kernels.register_kernels(aten, gen)
     composite.register_composites(aten, rules["aten::_softmax"].dtypes if "aten::_softmax" in rules else frozenset())
-    fallback.configure(gen, load_fallback_ops(gen))
+    fallback.configure(gen, load_fallback_ops(gen), load_fallback_dtypes(gen))
+    printing.register()
     fallback_lib = torch.library.Library("_", "IMPL")
     fallback_lib.fallback(fallback.host_fallback, "PrivateUse1")
     serialization.register()

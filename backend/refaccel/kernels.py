@@ -77,7 +77,7 @@ def _make_kernel(op: torch._ops.OpOverload, rule: Rule, generation: str) -> Call
                 return op.decompose(*args, **kwargs)
             if composite.can_compose(base):
                 return composite.compose(base, args, kwargs)
-        if fallback.allowed(base):
+        if fallback.allowed(base, tensors):
             return fallback.run_counted(op, args, kwargs)
         raise unsupported_call(name, why[1], tensors, rule.describe())
 

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import yaml
 
-__all__ = ["Rule", "load_rules", "load_fallback_ops", "load_table", "storable_dtypes", "dtype_name"]
+__all__ = ["Rule", "load_rules", "load_fallback_ops", "load_fallback_dtypes", "load_table", "storable_dtypes", "dtype_name"]
 
 _PATH = Path(__file__).with_name("kernels.yaml")
 _LAYOUTS = ("any", "contiguous")
@@ -130,6 +130,15 @@ def load_rules(generation: str) -> dict[str, Rule]:
 def load_fallback_ops(generation: str) -> frozenset[str]:
     """Operator names (``aten::sort``, any overload) the host fallback may serve in ``generation``."""
     return frozenset(load_table()["generations"][generation].get("fallback", []))
+
+
+@functools.cache
+def load_fallback_dtypes(generation: str) -> frozenset[torch.dtype]:
+    """Dtypes the host fallback serves in ``generation`` (other dtypes are rejected)."""
+    data = load_table()
+    spec = data["generations"][generation].get("fallback_dtypes", "all")
+    names = _dtypes(spec, data.get("groups", {}), f"generations.{generation}.fallback_dtypes")
+    return frozenset(getattr(torch, n) for n in names)
 
 
 @functools.cache
