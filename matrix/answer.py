@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from opmatrix.schema import Entry, Evidence, ExecPath, Outcome, describe, matches, model_to_data
+from opmatrix.schema import Entry, Evidence, ExecPath, Outcome, describe, features_of, model_to_data
 
 __all__ = ["UNKNOWN", "Answer", "decide", "severity", "unknown"]
 
@@ -28,14 +28,20 @@ __all__ = ["UNKNOWN", "Answer", "decide", "severity", "unknown"]
 UNKNOWN: Literal["unknown"] = "unknown"
 
 
+# enum ``.rank`` walks the enum each call; the index sorts often enough for that to show
+_PATH_RANK = {p: i for i, p in enumerate(ExecPath)}
+_OUTCOME_RANK = {o: i for i, o in enumerate(Outcome)}
+
+
 def severity(entry: Entry) -> tuple[int, int]:
     """How bad a result is: outcome first (``wrong`` outranks any path), then the path."""
-    return (entry.outcome.rank, entry.path.rank)
+    return (_OUTCOME_RANK[entry.outcome], _PATH_RANK[entry.path])
 
 
 def _worst_first(entry: Entry) -> tuple[object, ...]:
     # worst first; on a tie the unconditional group, then conditions by name (deterministic)
-    return (-entry.outcome.rank, -entry.path.rank, len(entry.conditions), sorted(entry.conditions.items()))
+    return (-_OUTCOME_RANK[entry.outcome], -_PATH_RANK[entry.path], len(entry.conditions),
+            sorted(entry.conditions.items()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +59,10 @@ class Answer:
     reason: str = ""
     #: every condition group that covers the cell (what :meth:`given` chooses from)
     options: tuple[Entry, ...] = field(default=(), repr=False)
+    #: argument names the options' conditions use (sorted); empty: arguments cannot matter
+    condition_names: tuple[str, ...] = field(default=(), repr=False)
+    #: feature labels of the condition names -> the answer for them (filled as queries come)
+    _given: dict[tuple[str | None, ...], Answer] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def conditions(self) -> dict[str, str]:
@@ -76,18 +86,36 @@ class Answer:
         )
 
     def given(self, args: Mapping[str, Any], rank: int | None) -> Answer:
-        """This cell's answer for the argument values ``args`` (by schema name, e.g. ``dim``)."""
-        if not args or len(self.options) < 2 and not any(e.conditions for e in self.options):
+        """This cell's answer for the argument values ``args`` (by schema name, e.g. ``dim``).
+
+        Conditions are evaluated as :func:`opmatrix.schema.conditions.matches` does: groups whose
+        conditions hold decide; if none holds but some cannot be told (an argument is missing),
+        those decide; if every group's conditions fail, the cell is ``unknown`` for these values.
+        """
+        names = self.condition_names
+        if not names or not args:
             return self
-        verdicts = [(e, matches(e.conditions, args, rank)) for e in self.options]
-        hits = [e for e, ok in verdicts if ok is True]
+        feats = features_of({n: args[n] for n in names if n in args}, rank)
+        key = tuple(feats.get(n) for n in names)
+        answer = self._given.get(key)
+        if answer is None:
+            answer = self._given[key] = self._choose(feats, args)
+        return answer
+
+    def _choose(self, feats: Mapping[str, str], args: Mapping[str, Any]) -> Answer:
+        hits, open_ = [], []
+        for entry in self.options:
+            got = [feats.get(name) for name in entry.conditions]
+            if any(g is not None and g != want for g, want in zip(got, entry.conditions.values(), strict=True)):
+                continue
+            (open_ if None in got else hits).append(entry)
         if hits:
             return decide(hits, self.evidence, all_options=self.options, how="matched the arguments")
-        open_ = [e for e, ok in verdicts if ok is None]
         if open_:
             return decide(open_, self.evidence, all_options=self.options, how="arguments did not decide")
+        shown = {n: args[n] for n in self.condition_names if n in args}
         probed = "; ".join(describe(e.conditions) for e in self.options)
-        return unknown(f"no probed argument condition matches {dict(args)} (probed: {probed})", self.evidence)
+        return unknown(f"no probed argument condition matches {shown} (probed: {probed})", self.evidence)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON data (the ``opmatrix query --json`` object, without the cell key)."""
@@ -167,4 +195,5 @@ def decide(
         alternatives=better,
         reason=reason,
         options=options,
+        condition_names=tuple(sorted({name for e in options for name in e.conditions})),
     )

@@ -144,13 +144,9 @@ def parse_arg(text: str) -> tuple[str, Any]:
     return name, raw
 
 
-def _load(path: str) -> Matrix:
-    return Matrix(load_matrix(path))
-
-
 def query(args: argparse.Namespace) -> int:
     """Print how OP runs for one cell (or the op's entries when dtype or rank is not given)."""
-    m = _load(args.matrix)
+    m = Matrix.load(args.matrix)
     try:
         op = m.resolve(args.op)
         dtype = parse_dtype(args.dtype) if args.dtype is not None else None

@@ -72,7 +72,7 @@ class Coverage:
 
 
 def coverage(model: Matrix, mode: str = "eager") -> Coverage:
-    """Coverage of ``mode`` cells: counts per (dtype, path); worst path per (op, dtype)."""
+    """Coverage of ``mode`` cells: counts per (dtype, path); worst path per (op, dtype), NaN if not probed."""
     import pandas as pd
 
     df = to_frame(model)

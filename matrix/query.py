@@ -1,8 +1,8 @@
 """The query API: ``Matrix.load(path).query(op, dtype=..., rank=..., layout=...) -> Answer``.
 
-Loading builds a dict index from every probed cell key ``(op, dtype, rank, layout, mode)`` to
-its precomputed :class:`~opmatrix.matrix.answer.Answer`, so a query is a couple of dict
-lookups::
+Loading builds an index (:mod:`.index`) from every probed cell ``(op, dtype, rank, layout,
+mode)`` to its precomputed :class:`~opmatrix.matrix.answer.Answer`, so a query is a couple of
+dict lookups::
 
     >>> m = Matrix.load("out/refaccel-g2/matrix.yaml")                        # doctest: +SKIP
     >>> m.query("aten.softmax.int", dtype="float32", rank=3, args={"dim": -1}).path  # doctest: +SKIP
@@ -18,18 +18,20 @@ that was not probed answers ``unknown``.
 from __future__ import annotations
 
 import difflib
+import operator
 import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from opmatrix.schema import DType, Entry, Layout, Mode, load_matrix
+from opmatrix.schema import DType, Entry, Layout, Mode
 from opmatrix.schema import Matrix as MatrixModel
 
-from .answer import Answer, decide, unknown
+from .answer import Answer, unknown
+from .cache import load_matrix_cached
+from .index import CellKey, Row, RowKey, build_rows, iter_cells
 
 __all__ = ["Matrix", "UnknownOperatorError", "canonical_op_name", "parse_dtype", "parse_layout", "parse_mode"]
 
-CellIndexKey = tuple[str, str, int, str, str]
 
 _DTYPES = frozenset(d.value for d in DType)
 _LAYOUTS = frozenset(x.value for x in Layout)
@@ -110,18 +112,19 @@ def _is_torch_op(name: str) -> bool:
 class Matrix:
     """A support matrix with its query index; ``.model`` is the schema object (the YAML artifact)."""
 
-    __slots__ = ("model", "_cells", "_names", "_op_set")
+    __slots__ = ("model", "_rows", "_names", "_op_set", "_count")
 
     def __init__(self, model: MatrixModel):
         self.model = model
         self._op_set = frozenset(model.operators)
         self._names: dict[object, str] = {name: name for name in model.operators}
-        self._cells: dict[CellIndexKey, Answer] = _index(model)
+        self._rows: dict[RowKey, Row] = build_rows(model)
+        self._count = sum(len(row) - row.count(None) for row in self._rows.values())
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Matrix:
-        """Load (strictly validated) and index a matrix file."""
-        return cls(load_matrix(path))
+        """Load (strictly validated; see :mod:`.cache` for the validated-model cache) and index a file."""
+        return cls(load_matrix_cached(path))
 
     # -- the schema object's parts ---------------------------------------------------------
 
@@ -137,17 +140,16 @@ class Matrix:
             return False
 
     def __len__(self) -> int:
-        return len(self._cells)
+        return self._count
 
     def __repr__(self) -> str:
         b = self.model.backend
         gen = f" {b.generation}" if b.generation else ""
-        return f"<Matrix {b.name}{gen}: {len(self._op_set)} operators, {len(self._cells)} cells>"
+        return f"<Matrix {b.name}{gen}: {len(self._op_set)} operators, {self._count} cells>"
 
-    def cells(self) -> Iterator[tuple[CellIndexKey, Answer]]:
+    def cells(self) -> Iterator[tuple[CellKey, Answer]]:
         """Every probed cell key ``(op, dtype, rank, layout, mode)`` with its answer, sorted."""
-        for key in sorted(self._cells):
-            yield key, self._cells[key]
+        return iter_cells(self._rows)
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -185,35 +187,43 @@ class Matrix:
         """How ``op`` runs for one cell; ``args`` (by schema name) narrow conditional entries."""
         name = self._names.get(op)
         if name is not None:
-            answer = self._cells.get((name, dtype, rank, layout, mode))  # type: ignore[arg-type]
-            if answer is not None:
-                return answer if args is None else answer.given(args, rank)
+            row = self._rows.get((name, dtype, layout, mode))  # type: ignore[arg-type]
+            if row is not None and rank.__class__ is int and 0 <= rank < len(row):
+                answer = row[rank]
+                if answer is not None:
+                    return answer if args is None else answer.given(args, rank)
         return self._query_slow(op, dtype, rank, layout, mode, args)
 
     def _query_slow(
         self, op: object, dtype: object, rank: int, layout: object, mode: object, args: Mapping[str, Any] | None
     ) -> Answer:
         name = self.resolve(op)
-        key = (name, parse_dtype(dtype), int(rank), parse_layout(layout), parse_mode(mode))
-        if key[2] < 0:
-            raise ValueError(f"rank must be >= 0, got {rank}")
-        answer = self._cells.get(key)
+        try:
+            number = -1 if isinstance(rank, bool) else operator.index(rank)  # numpy ints too
+        except TypeError:
+            number = -1
+        if number < 0:
+            raise ValueError(f"rank must be an int >= 0, got {rank!r}")
+        rank = number
+        key = (name, parse_dtype(dtype), parse_layout(layout), parse_mode(mode))
+        row = self._rows.get(key)
+        answer = row[rank] if row is not None and rank < len(row) else None
         if answer is not None:
-            return answer if args is None else answer.given(args, key[2])
-        return unknown(self._why_unknown(key), self.model.evidence)
+            return answer if args is None else answer.given(args, rank)
+        return unknown(self._why_unknown(name, key[1], rank, key[2], key[3]), self.model.evidence)
 
-    def _why_unknown(self, key: CellIndexKey) -> str:
-        name, dtype, rank, layout, mode = key
+    def _why_unknown(self, name: str, dtype: str, rank: int, layout: str, mode: str) -> str:
         if name not in self._op_set:
             return f"{name} was not probed on this backend"
-        probed = [k for k in self._cells if k[0] == name and k[4] == mode]
+        probed = [k for k in self._rows if k[0] == name and k[3] == mode]
         if not probed:
             return f"{name} was not probed in {mode} mode"
-        for pos, what, value in ((1, "dtype", dtype), (3, "layout", layout)):
+        for pos, what, value in ((1, "dtype", dtype), (2, "layout", layout)):
             if not any(k[pos] == value for k in probed):
-                seen = sorted({str(k[pos]) for k in probed})
+                seen = sorted({k[pos] for k in probed})
                 return f"{name} was not probed with {what} {value} (probed: {', '.join(seen)})"
-        ranks = sorted({k[2] for k in probed if k[1] == dtype and k[3] == layout})
+        row = self._rows[name, dtype, layout, mode]
+        ranks = [r for r, a in enumerate(row) if a is not None]
         return f"{name} {dtype} {layout} was not probed at rank {rank} (probed ranks: {ranks})"
 
     # -- other views (imported lazily: torch.fx and pandas are heavy) --------------------------
@@ -241,36 +251,3 @@ class Matrix:
         from .diff import diff_matrices
 
         return diff_matrices(self.model, other.model if isinstance(other, Matrix) else other)
-
-
-def _index(model: MatrixModel) -> dict[CellIndexKey, Answer]:
-    """Cell key -> precomputed answer; cells covered by several condition groups share one."""
-    groups: dict[CellIndexKey, Entry | list[Entry]] = {}
-    for op, entries in model.operators.items():
-        for entry in entries:
-            mode = entry.mode.value
-            layouts = [x.value for x in entry.layouts]
-            ranks = entry.ranks.ranks()
-            for dtype in entry.dtypes:
-                d = dtype.value
-                for rank in ranks:
-                    for layout in layouts:
-                        key = (op, d, rank, layout, mode)
-                        held = groups.get(key)
-                        if held is None:
-                            groups[key] = entry
-                        elif isinstance(held, list):
-                            held.append(entry)
-                        else:
-                            groups[key] = [held, entry]
-    evidence = model.evidence
-    shared: dict[tuple[int, ...], Answer] = {}
-    out: dict[CellIndexKey, Answer] = {}
-    for key, held in groups.items():
-        members = held if isinstance(held, list) else [held]
-        sig = tuple(map(id, members))
-        answer = shared.get(sig)
-        if answer is None:
-            answer = shared[sig] = decide(members, evidence)
-        out[key] = answer
-    return out

@@ -15,6 +15,11 @@ from .conftest import run_cli
 from .test_matrix_records import EVIDENCE, cells, softmax_records, task
 
 
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPMATRIX_CACHE_DIR", str(tmp_path / "cache"))
+
+
 def _query(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:  # type: ignore[type-arg]
     assert main(["query", *argv, "--json"]) == 0
     return json.loads(capsys.readouterr().out)  # type: ignore[no-any-return]

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 from opmatrix.matrix import UNKNOWN, Matrix, UnknownOperatorError, build_matrix
-from opmatrix.schema import DType, ExecPath, Layout, Outcome
+from opmatrix.matrix.cache import cache_dir
+from opmatrix.schema import ArtifactError, DType, ExecPath, Layout, Outcome, load_matrix
 
 from .test_matrix_records import BACKEND, EVIDENCE, cells, softmax_records, task
 
@@ -97,10 +98,36 @@ def test_bad_dtype_layout_and_mode_values_are_value_errors(m: Matrix):
         m.query("aten.mm.default", "float32", 2, "strided")
     with pytest.raises(ValueError, match="unknown mode 'graph'"):
         m.query("aten.mm.default", "float32", 2, mode="graph")
+    for rank in (-1, "2", True):
+        with pytest.raises(ValueError, match=f"rank must be an int >= 0, got {rank!r}"):
+            m.query("aten.mm.default", "float32", rank)  # type: ignore[arg-type]
 
 
-def test_load_from_file_and_the_example_matrix(example_matrix_path: Path):
+def test_load_from_file_and_the_example_matrix(example_matrix_path: Path, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("OPMATRIX_CACHE_DIR", str(tmp_path))
     m = Matrix.load(example_matrix_path)
     assert m.query("aten.softmax.int", "bfloat16", 5, args={"dim": 4}).path is ExecPath.native
     assert "aten::softmax.int" in m and "aten.sofmax.int" not in m
     assert repr(m) == "<Matrix refaccel g2: 1 operators, 29 cells>"
+
+
+def test_the_validated_model_cache_is_keyed_by_content(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       example_matrix_path: Path):
+    monkeypatch.setenv("OPMATRIX_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "m.yaml"
+    text = example_matrix_path.read_text()
+    path.write_text(text)
+    first = Matrix.load(path).model
+    (entry,) = (tmp_path / "cache").iterdir()
+    assert Matrix.load(path).model == first == load_matrix(path)  # served from the cache, equal
+    path.write_text(text.replace("path: rejected", "path: fallback"))  # an edit is never served stale
+    assert Matrix.load(path).query("aten.softmax.int", "float64", 3).path is ExecPath.fallback
+    entry.write_text("{corrupt")  # a broken entry is a miss, not an error
+    path.write_text(text)
+    assert Matrix.load(path).model == first
+    path.write_text(text.replace("path: rejected", "path: rejectd"))  # strictness is unchanged
+    with pytest.raises(ArtifactError, match="'rejectd' is not one of native"):
+        Matrix.load(path)
+    monkeypatch.setenv("OPMATRIX_NO_CACHE", "1")
+    assert cache_dir() is None
