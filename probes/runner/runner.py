@@ -55,7 +55,11 @@ def default_max_restarts(workers: int, tasks: int) -> int:
 
 @dataclass
 class RunSummary:
-    """What a run did; ``faults``/``paths`` count cells over every record in the journal."""
+    """What a run did; ``faults``/``paths`` count cells over every record in the journal.
+
+    ``recorded = resumed + reused + probed``; ``startup_seconds`` is how long the first worker
+    took to import torch and set the backend up (None when none became ready).
+    """
 
     planned: int
     recorded: int = 0
@@ -69,6 +73,7 @@ class RunSummary:
     interrupted: bool = False
     message: str = ""
     seconds: float = 0.0
+    startup_seconds: float | None = None
     journal: Path | None = None
 
     @property
@@ -149,6 +154,7 @@ class _Run:
         header: dict[str, Any],
     ):
         self.out_dir = out_dir
+        self.started = time.monotonic()
         self.backend, self.generation = backend, generation
         self.timeout = timeout
         self.devices = devices
@@ -238,6 +244,7 @@ class _Run:
                 self.progress.note(f"warning: worker {handle.slot} reports a different build: {key}")
             return
         self.run_key = key
+        self.summary.startup_seconds = round(time.monotonic() - self.started, 3)
         if self.resumed_header and self.resumed_header.get("evidence_key") != key:
             self.progress.note(
                 "warning: resuming a journal started with a different build; each record keeps its own evidence key"
@@ -378,6 +385,7 @@ class _Run:
         self.pending.appendleft(job)
 
     def _record(self, job: _Job, record: dict[str, Any], worker: int | None) -> None:
+        record["task"] = job.task.id  # the runner's id is what resume and reuse match on
         record["evidence_key"] = job.key
         if record.get("kind") == "task":
             record["attempts"] = max(job.attempts, 1)

@@ -1,0 +1,133 @@
+"""Benchmark: the runner's cost over a naive in-process loop, 2 workers vs 1, an unchanged re-run.
+
+Every measurement probes exactly the same work with the real operator engine on ``cpu``
+(``opmatrix.probes.ops.engine``: samples x layouts, device run + CPU reference compare; compile
+off), each in a fresh process so that each pays one torch import, measured in one run:
+
+- ``naive``: a plain loop calling ``probe_task`` in one process (no isolation, no journal);
+- ``runner w1`` / ``runner w2``: :func:`opmatrix.probes.runner.run` with 1 and 2 workers;
+- ``rerun``: ``runner w1`` again on its own output directory (every task reused by evidence key).
+
+Each row gives the wall time from process start and the time after setup (naive: after torch
+import and adapter setup; runner: after the first worker reported ready), since a spawned worker
+pays the same imports the naive loop pays before its first task.
+
+Goals (issue 4): runner w1 at most 1.25x naive; w2 at least 1.6x faster than w1; rerun under 5%
+of the cold run. Ratios depend on free cores: run it on an idle machine::
+
+    .venv/bin/python bench/bench_runner.py [--ops add,mul,...] [--dtypes float32,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+
+OPS = "add,mul,sub,div,sum,mean,softmax,log_softmax,exp,log,cumsum,mm,bmm,addmm,sort,topk,amax,clamp"
+DTYPES = "float32,float64,bfloat16,int64"
+OPTIONS = {"compile": "off"}
+
+
+def _plan(ops: list[str], dtypes: list[str]) -> list[tuple[str, str]]:
+    return [(op, dtype) for op in ops for dtype in dtypes]
+
+
+def naive(ops: list[str], dtypes: list[str]) -> dict[str, float]:
+    """Probe every (op, dtype) in this process, one after the other."""
+    t0 = time.monotonic()
+    from opmatrix.backend import get_adapter
+    from opmatrix.probes.ops.engine import probe_task
+
+    adapter = get_adapter("cpu")
+    adapter.setup()
+    t1 = time.monotonic()
+    cells = 0
+    for op, dtype in _plan(ops, dtypes):
+        cells += len(probe_task(adapter, op, dtype, options=OPTIONS).cells)
+    return {"after_setup": time.monotonic() - t1, "in_process": time.monotonic() - t0, "cells": cells}
+
+
+def runner(ops: list[str], dtypes: list[str], workers: int, out: str) -> dict[str, float]:
+    """Probe the same plan through the runner."""
+    from opmatrix.probes.ops.engine import task_id
+    from opmatrix.probes.runner import Task, run
+
+    tasks = [
+        Task(task_id(op, dtype), "op", {"source": op, "dtype": dtype, "options": OPTIONS}, order=i)
+        for i, (op, dtype) in enumerate(_plan(ops, dtypes))
+    ]
+    s = run(
+        tasks,
+        backend="cpu",
+        out_dir=out,
+        workers=workers,
+        progress=False,
+        options={"op_source_hash": "bench:" + ",".join(ops)},
+    )
+    assert s.recorded == s.planned and not s.aborted, s
+    return {
+        "after_setup": s.seconds - (s.startup_seconds or 0.0),
+        "in_process": s.seconds,
+        "cells": s.paths and sum(s.paths.values()),
+        "reused": s.reused,
+    }
+
+
+def _measure(args: list[str]) -> dict[str, float]:
+    t0 = time.monotonic()
+    done = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, check=False)
+    wall = time.monotonic() - t0
+    if done.returncode != 0:
+        raise SystemExit(f"bench step {args} failed:\n{done.stderr[-3000:]}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result["wall"] = wall
+    return result
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--ops", default=OPS)
+    p.add_argument("--dtypes", default=DTYPES)
+    p.add_argument("--step", choices=["naive", "runner"], help=argparse.SUPPRESS)
+    p.add_argument("--workers", type=int, default=1, help=argparse.SUPPRESS)
+    p.add_argument("--out", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    ops, dtypes = args.ops.split(","), args.dtypes.split(",")
+    if args.step == "naive":
+        print(json.dumps(naive(ops, dtypes)))
+        return
+    if args.step == "runner":
+        print(json.dumps(runner(ops, dtypes, args.workers, args.out)))
+        return
+
+    common = ["--ops", args.ops, "--dtypes", args.dtypes]
+    with tempfile.TemporaryDirectory(prefix="bench-runner-") as tmp:
+        rows = {
+            "naive": _measure([*common, "--step", "naive"]),
+            "runner w1": _measure([*common, "--step", "runner", "--workers", "1", "--out", f"{tmp}/w1"]),
+            "runner w2": _measure([*common, "--step", "runner", "--workers", "2", "--out", f"{tmp}/w2"]),
+            "rerun w1": _measure([*common, "--step", "runner", "--workers", "1", "--out", f"{tmp}/w1"]),
+        }
+    tasks = len(_plan(ops, dtypes))
+    print(f"{tasks} tasks ({len(ops)} ops x {len(dtypes)} dtypes) on cpu, {rows['naive']['cells']} cells")
+    print(f"{'':<10} {'wall s':>8} {'after setup s':>14}")
+    for name, r in rows.items():
+        print(f"{name:<10} {r['wall']:>8.2f} {r['after_setup']:>14.2f}")
+    n, w1, w2, re = rows["naive"], rows["runner w1"], rows["runner w2"], rows["rerun w1"]
+    print(
+        f"runner w1 / naive:        {w1['wall'] / n['wall']:.2f}x wall, "
+        f"{w1['after_setup'] / n['after_setup']:.2f}x after setup   (goal <= 1.25)"
+    )
+    print(
+        f"speed-up w2 over w1:      {w1['wall'] / w2['wall']:.2f}x wall, "
+        f"{w1['after_setup'] / w2['after_setup']:.2f}x after setup   (goal >= 1.6)"
+    )
+    print(f"unchanged rerun / cold:   {re['wall'] / w1['wall']:.3f} wall ({int(re['reused'])} reused)   (goal < 0.05)")
+
+
+if __name__ == "__main__":
+    main()
