@@ -183,6 +183,9 @@ def _classify(st: _State, overload: str, leaf_ops: list[str], seen: Any) -> tupl
             creg = observe.registration(observe.qualified(c), key)
             if not creg.backend and not creg.composite and st.backend_fallback:
                 return ExecPath.fallback, comps, f"component {c} has no {key} kernel (served by the backend fallback)"
+        if reg.implicit and len(comps) == 1 and observe.registration(observe.qualified(comps[0]), key).backend:
+            # softmax.int -> _softmax: the composite is a thin alias and one native kernel did the work
+            return ExecPath.native, [], f"served by the {comps[0]} kernel"
         note = None if reg.implicit else "CompositeExplicitAutograd kernel"
         return ExecPath.composite, comps, note
     if st.backend_fallback:
@@ -400,7 +403,8 @@ def _probe_compile(st: _State, entry: OpEntry, unit: _Unit, dtype: torch.dtype, 
     compiled = torch.compile(lambda i, *a, **k: fn(i, *a, **k), backend=backend, dynamic=False)
     unit_id = f"{unit.index}/{unit.layout.value}/compile"
     try:
-        out, _, seen = _run_device(st, compiled, _device_values(unit, st.adapter.device()))
+        # no dispatch mode here: an active TorchDispatchMode makes dynamo run the frame eagerly
+        out, _, seen = _run_device(st, compiled, _device_values(unit, st.adapter.device()), False)
     except Exception as exc:  # noqa: BLE001 - classified narrowly just below
         root = _root_cause(exc)
         fault = _fault_from_exception(st, unit_id, root)
