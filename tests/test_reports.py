@@ -156,8 +156,11 @@ def test_diff_page_lists_better_worse_new_and_removed(tmp_path: Path, example_ma
     assert '<b id="n-removed">16</b>' in html
     worse_section = html.split('id="worse"')[1].split("</section>")[0]
     # both sides split the cell by dim alike, so the dim=last group is compared on its own
-    assert '<td>dim=last</td><td class="num">8</td><td>native</td><td>fallback</td>' in worse_section
-    assert "<td>2\u20135</td>" in worse_section
+    assert (
+        '<td>dim=last</td><td class="num">8</td><td><span class="badge p-native"><b>N</b> native</span></td>'
+        '<td><span class="badge p-fallback"><b>F</b> fallback</span></td>'
+    ) in worse_section
+    assert '<td class="nw">2\u20135</td>' in worse_section
     assert '<a href="diff.html">Changes</a>' in (tmp_path / "index.html").read_text()
     render_site(current, tmp_path)
     assert not (tmp_path / "diff.html").exists()
