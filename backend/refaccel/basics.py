@@ -163,7 +163,31 @@ def local_scalar_dense(self: torch.Tensor) -> Any:
     return memory.host_view(self).item()
 
 
+_COMPOSITE = torch._C.DispatchKeySet(torch._C.DispatchKey.CompositeExplicitAutograd)
+
+
+def to_copy(
+    self: torch.Tensor,
+    *,
+    dtype: torch.dtype | None = None,
+    layout: Any = None,
+    device: Any = None,
+    pin_memory: bool | None = None,
+    non_blocking: bool = False,
+    memory_format: Any = None,
+) -> torch.Tensor:
+    """``_to_copy`` as PyTorch composes it, except that a copy to the host never asks for pinned
+    memory (which a Python backend cannot allocate): refaccel finishes every copy before returning,
+    so ``non_blocking`` has nothing to overlap."""
+    to_host = device is not None and torch.device(device).type == "cpu"
+    return _aten._to_copy.default.redispatch(
+        _COMPOSITE, self, dtype=dtype, layout=layout, device=device, pin_memory=pin_memory,
+        non_blocking=non_blocking and not to_host, memory_format=memory_format,
+    )
+
+
 _KERNELS: dict[str, Any] = {
+    "_to_copy": to_copy,
     "empty.memory_format": empty_memory_format,
     "empty_strided": empty_strided,
     "_copy_from": copy_from,

@@ -140,7 +140,11 @@ def run(
             return type(value)(back(v) for v in value)
         return value
 
-    return back(result)
+    out = back(result)
+    # the recursive closures reference themselves (a cycle through their cells) and hold every
+    # device tensor they saw: break it, or those tensors are freed only when the cyclic GC runs
+    del convert, back
+    return out
 
 
 def _use_device_generator(info: OpInfo, args: list[Any], kwargs: dict[str, Any], index: int) -> None:
