@@ -80,14 +80,40 @@ def _accelerator_matches(probe: Probe) -> str | None:
     return None
 
 
-def _function(probe: Probe, generic_name: str, own_name: str, takes_index: bool) -> Entry:
+def _switch_problem(setter: Callable[..., Any], getter: Callable[[], Any], probe: Probe) -> str | None:
+    """Selecting another device must show in the current index (a guard may ignore it)."""
+    count = len(probe.adapter.devices())
+    if count < 2:
+        return None
+    other = 1 if probe.index == 0 else 0
+    try:
+        setter(other)
+        now = int(getter())
+        setter(probe.index)
+    except NOT_SERVED as exc:
+        return _short(exc)
+    return None if now == other else f"selecting device {other} left the current index at {now}"
+
+
+def _any_setter(probe: Probe) -> Callable[[int], Any]:
+    """A way to select a device: the backend module's ``set_device``, else torch.accelerator's."""
+    import torch
+
+    own = getattr(probe.module(), "set_device", None)
+    return own if callable(own) else torch.accelerator.set_device_index
+
+
+def _function(
+    probe: Probe, cap: str, generic_name: str, own_name: str, takes_index: bool, generic_bar: str | None = None
+) -> Entry:
     """``torch.accelerator.<generic_name>``, else ``torch.<dev>.<own_name>``; the callable takes
-    the same arguments as the API it calls (no argument: the probe's device)."""
+    the same arguments as the API it calls (no argument: the probe's device). ``generic_bar``
+    says why the generic path cannot count even if it answers (it answers about something else)."""
     import torch
 
     api = f"torch.accelerator.{generic_name}"
     idx = probe.index
-    why_not = _accelerator_matches(probe)
+    why_not = generic_bar or _accelerator_matches(probe)
     if why_not is None:
         fn = getattr(torch.accelerator, generic_name, None)
         if fn is None:
@@ -100,12 +126,19 @@ def _function(probe: Probe, generic_name: str, own_name: str, takes_index: bool)
                 return _fn(idx) if takes_index else _fn()
 
             why_not = _try(generic)
+            if why_not is None and cap == "set_device_index":
+                why_not = _switch_problem(generic, torch.accelerator.current_device_index, probe)
+            if why_not is None and cap == "current_device_index":
+                why_not = _switch_problem(_any_setter(probe), generic, probe)
             if why_not is None:
                 return ApiCoverage(api=api, service=ApiService.generic, detail="served"), generic, api
-    own = getattr(probe.module(), own_name, None)
+    mod = probe.module()
+    own = getattr(mod, own_name, None)
     own_api = f"torch.{probe.device_type}.{own_name}"
     if callable(own):
         problem = _try(lambda: own(idx) if own_name == "set_device" else own())
+        if problem is None and cap == "set_device_index":
+            problem = _switch_problem(own, getattr(mod, "current_device", lambda: None), probe)
         if problem is None:
             detail = f"{own_api}; generic: {why_not}"
             return ApiCoverage(api=api, service=ApiService.own_module, detail=detail), own, own_api
@@ -113,29 +146,60 @@ def _function(probe: Probe, generic_name: str, own_name: str, takes_index: bool)
     return ApiCoverage(api=api, service=ApiService.none, detail=why_not), None, None
 
 
-def _stream_like(probe: Probe, kind: str) -> Entry:
-    """``torch.Stream`` / ``torch.Event`` on this device, else ``torch.<dev>.Stream`` / ``Event``."""
+def _stream_problem(make: Callable[..., Any]) -> str | None:
+    """None when ``make()`` gives real, distinct streams that synchronise and answer query()."""
+    first, second = make(), make()
+    first.synchronize()
+    first.query()
+    if getattr(first, "stream_id", None) == getattr(second, "stream_id", 0):
+        return f"every new stream is stream {getattr(first, 'stream_id', '?')}: the device guard creates no streams"
+    return None
+
+
+def _event_problem(make: Callable[..., Any], stream: Callable[..., Any] | None) -> str | None:
+    """None when an event records on a stream of the same family, synchronises and answers query()."""
+    if stream is None:
+        return "no stream of the same family to record on"
+    event = make()
+    event.record(stream())
+    event.synchronize()
+    event.query()
+    return None
+
+
+def _stream_like(probe: Probe, kind: str, streams: Entry | None = None) -> Entry:
+    """``torch.Stream`` / ``torch.Event`` on this device, else ``torch.<dev>.Stream`` / ``Event``.
+
+    An event counts as served by a family (generic or own module) only together with that
+    family's streams: an event that cannot order real streams orders nothing.
+    """
     import torch
 
     api = f"torch.{kind}"
     dev = probe.device()
 
-    def exercise(obj: Any) -> None:
-        if kind == "Event":
-            obj.record()
-        obj.synchronize()
-        obj.query()
-
     def make_generic(**kwargs: Any) -> Any:
         return getattr(torch, kind)(device=dev, **kwargs)
 
-    why_not = _try(lambda: exercise(make_generic()))
+    own_cls = getattr(probe.module(), kind, None)
+    generic_stream = own_stream = None
+    if streams is not None and streams[0].service is ApiService.generic:
+        generic_stream = streams[1]
+    elif streams is not None and streams[0].service is ApiService.own_module:
+        own_stream = streams[1]
+
+    def problem_of(make: Callable[..., Any], stream: Callable[..., Any] | None) -> str | None:
+        try:
+            return _stream_problem(make) if kind == "Stream" else _event_problem(make, stream)
+        except NOT_SERVED as exc:
+            return _short(exc)
+
+    why_not = problem_of(make_generic, generic_stream)
     if why_not is None:
         return ApiCoverage(api=api, service=ApiService.generic, detail=f"torch.{kind}(device={dev})"), make_generic, api
-    own_cls = getattr(probe.module(), kind, None)
     own_api = f"torch.{probe.device_type}.{kind}"
     if own_cls is not None:
-        problem = _try(lambda: exercise(own_cls()))
+        problem = problem_of(own_cls, own_stream)
         if problem is None:
             return ApiCoverage(api=api, service=ApiService.own_module, detail=f"{own_api}; generic: {why_not}"), own_cls, own_api
         why_not = f"{why_not}; {own_api}: {problem}"
@@ -151,7 +215,8 @@ def _device_module(probe: Probe) -> Entry:
     except NOT_SERVED as exc:
         return ApiCoverage(api=api, service=ApiService.none, detail=_short(exc)), None, None
     missing = [name for name in MODULE_ENTRY_POINTS if not hasattr(mod, name)]
-    detail = f"{mod.__name__}: {len(MODULE_ENTRY_POINTS) - len(missing)}/{len(MODULE_ENTRY_POINTS)} entry points"
+    name = getattr(mod, "__name__", f"torch.{probe.device_type}")
+    detail = f"{name}: {len(MODULE_ENTRY_POINTS) - len(missing)}/{len(MODULE_ENTRY_POINTS)} entry points"
     if missing:
         detail += f", lacks {', '.join(missing)}"
     return ApiCoverage(api=api, service=ApiService.generic, detail=detail), lambda: mod, api
@@ -196,16 +261,39 @@ def _profiler(probe: Probe) -> Entry:
         listed = ", ".join(sorted(a.name for a in supported))
         detail = f"no supported ProfilerActivity for {probe.device_type} (supported: {listed})"
         return ApiCoverage(api=api, service=ApiService.none, detail=detail), None, None
-    return ApiCoverage(api=api, service=ApiService.generic, detail=f"ProfilerActivity.{name}"), None, api
+    kinds = _profiled_device_types(probe, list({torch.profiler.ProfilerActivity.CPU, activity}))
+    want = "CPU" if name == "CPU" else name.upper()
+    if not any(want in k.upper() for k in kinds):
+        detail = f"ProfilerActivity.{name} is listed, but profiling device work recorded events on {sorted(kinds)} only"
+        return ApiCoverage(api=api, service=ApiService.none, detail=detail), None, None
+    return ApiCoverage(api=api, service=ApiService.generic, detail=f"ProfilerActivity.{name}: device events recorded"), None, api
+
+
+def _profiled_device_types(probe: Probe, activities: list[Any]) -> set[str]:
+    """Device types of the events the profiler records around a small device computation."""
+    import torch
+
+    x = torch.ones(64, device=probe.device())
+    try:
+        with torch.profiler.profile(activities=activities) as prof:
+            (x * 2).sum()
+            probe.sync()
+    except NOT_SERVED:
+        return set()
+    return {str(e.device_type).rsplit(".", 1)[-1] for e in prof.events()}
 
 
 def survey(probe: Probe) -> dict[str, Entry]:
     """Try every device-generic API on ``probe``'s backend; capability -> (coverage, callable, via)."""
     table: dict[str, Entry] = {}
     for cap, (generic_name, own_name, takes_index) in ACCELERATOR_FUNCS.items():
-        table[cap] = _function(probe, generic_name, own_name, takes_index)
+        table[cap] = _function(probe, cap, generic_name, own_name, takes_index)
     table["Stream"] = _stream_like(probe, "Stream")
-    table["Event"] = _stream_like(probe, "Event")
+    table["Event"] = _stream_like(probe, "Event", table["Stream"])
+    if table["current_stream"][0].service is ApiService.generic and table["Stream"][0].service is not ApiService.generic:
+        # it answers, but only ever with the guard's stream: not the streams this backend runs
+        bar = "answers, but torch.Stream does not reach this backend (its current stream is not the device's)"
+        table["current_stream"] = _function(probe, "current_stream", "current_stream", "current_stream", True, bar)
     table["device_module"] = _device_module(probe)
     table["Generator"] = _generator(probe)
     table["profiler"] = _profiler(probe)

@@ -131,6 +131,9 @@ def check_select(probe: Probe) -> Verdict:
     if probe.host:
         return not_applicable(f"{probe.device_type} is the single host device: nothing to select")
     setter, current = probe.api("set_device_index"), probe.api("current_device_index")
+    if setter is not None and current is not None and not setter[1].startswith("torch.accelerator"):
+        own_current = getattr(probe.module(), "current_device", None)
+        current = (own_current, f"torch.{probe.device_type}.current_device") if callable(own_current) else None
     if setter is None or current is None:
         return unknown("neither torch.accelerator nor the backend module can set / read the current device",
                        "serve torch.accelerator.set_device_index / current_device_index")

@@ -90,5 +90,7 @@ INIT_FAULT_MODES: dict[str, tuple[InitFaultMode, ...]] = {
     "refaccel": (
         InitFaultMode("incompatible", (("OPMATRIX_REFACCEL_DRIVER", "incompatible"),), "unsupported_driver"),
         InitFaultMode("busy", (("OPMATRIX_REFACCEL_DRIVER", "busy"),), "device_busy"),
+        InitFaultMode("missing", (("OPMATRIX_REFACCEL_DRIVER", "missing"),), "missing_driver"),
+        InitFaultMode("reset", (("OPMATRIX_REFACCEL_DRIVER", "reset"),), "device_reset"),
     ),
 }

@@ -7,6 +7,7 @@ usable afterwards (an OOM is not "unsupported" and must not poison the context):
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from typing import Any
 
@@ -47,6 +48,7 @@ def check_memory_stats(probe: Probe) -> Verdict:
     if isinstance(found, Verdict):
         return found
     api, via = found
+    gc.collect()  # garbage of earlier checks is not this check's business
     probe.sync()
     base = int(api["memory_allocated"]())
     x = torch.empty(4 * MiB, dtype=torch.uint8, device=probe.device())
@@ -57,7 +59,7 @@ def check_memory_stats(probe: Probe) -> Verdict:
     after = int(api["memory_allocated"]())
     api["reset_peak_memory_stats"]()
     peak_reset = int(api["max_memory_allocated"]())
-    problems = []
+    problems = [p for p in (_computed_released(probe, api["memory_allocated"]),) if p]
     if held - base < 4 * MiB:
         problems.append(f"allocated grew by {held - base} B for a 4 MiB tensor")
     if reserved < held:
@@ -71,6 +73,30 @@ def check_memory_stats(probe: Probe) -> Verdict:
     evidence = (f"allocated {base} -> {held} -> {after} B; reserved {reserved}; peak {peak}, after reset "
                 f"{peak_reset}")
     return failed(f"{'; '.join(problems)} ({evidence})", via=via) if problems else passed(evidence, via=via)
+
+
+def _computed_released(probe: Probe, allocated: Callable[[], Any]) -> str | None:
+    """None when the result of a computation is freed as soon as its last reference goes.
+
+    A backend whose op results sit in reference cycles frees them only when Python's cyclic
+    collector runs: ``del y`` then releases nothing, and a training loop runs out of memory.
+    """
+    import torch
+
+    x = torch.ones(MiB // 4, device=probe.device())
+    probe.sync()
+    before = int(allocated())
+    y = x * 2 + 1
+    probe.sync()
+    del y
+    probe.sync()
+    left = int(allocated()) - before
+    if left <= 0:
+        return None
+    gc.collect()
+    after_gc = int(allocated()) - before
+    cycle = " until gc.collect() (op results are held in reference cycles)" if after_gc <= 0 else ""
+    return f"{left} B of a computed tensor stay allocated after del{cycle}"
 
 
 def check_empty_cache(probe: Probe) -> Verdict:
@@ -121,6 +147,7 @@ def check_oom(probe: Probe) -> Verdict:
     capacity, source = _capacity(probe)
     request = capacity + 64 * MiB if capacity else 1 << 50
     allocated = probe.api("memory_allocated")
+    gc.collect()
     before = int(allocated[0]()) if allocated else None
     try:
         big = torch.empty(request, dtype=torch.uint8, device=probe.device())
@@ -134,11 +161,12 @@ def check_oom(probe: Probe) -> Verdict:
         del big
         return failed(f"allocating {request} B succeeded ({source}: {capacity})",
                       "refuse allocations above capacity with torch.OutOfMemoryError")
-    problem = probe.adapter.health_check()
-    if problem is not None:
-        return failed(f"OOM raised, but the device is unusable afterwards: {problem}")
+    gc.collect()
     after = int(allocated[0]()) if allocated else None
     if before is not None and after != before:
         return failed(f"OOM raised, but allocated changed {before} -> {after} B (leaked a partial allocation)")
+    problem = probe.adapter.health_check()
+    if problem is not None:
+        return failed(f"OOM raised, but the device is unusable afterwards: {problem}")
     return passed(f"{request} B over capacity ({source}: {capacity}) raised torch.OutOfMemoryError "
                   f"({message}); device usable afterwards")

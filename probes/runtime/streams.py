@@ -123,7 +123,9 @@ def check_stream_order(probe: Probe) -> Verdict:
     switched = "current stream not readable"
     with on_stream(probe, stream):
         if current_hit is not None:
-            switched = "current stream switched" if current_hit[0]() == stream else "current stream NOT switched"
+            now = current_hit[0]()
+            same = now == stream or getattr(now, "stream_id", None) == getattr(stream, "stream_id", -1)
+            switched = "current stream switched" if same else f"current stream NOT switched (still {now})"
         x = torch.zeros(N, device=probe.device())
         for _ in range(10):
             x.add_(1)
