@@ -103,7 +103,8 @@ class Answer:
         return answer
 
     def _choose(self, feats: Mapping[str, str], args: Mapping[str, Any]) -> Answer:
-        hits, open_ = [], []
+        hits: list[Entry] = []
+        open_: list[Entry] = []
         for entry in self.options:
             got = [feats.get(name) for name in entry.conditions]
             if any(g is not None and g != want for g, want in zip(got, entry.conditions.values(), strict=True)):

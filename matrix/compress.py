@@ -86,8 +86,8 @@ def _layouts_first(cells: set[CellKey]) -> list[Box]:
     for d, r, lay in cells:
         lays[d, r].append(lay)
     ranks: dict[tuple[DType, tuple[Layout, ...]], list[int]] = defaultdict(list)
-    for (d, r), ls in lays.items():
-        ranks[d, _layouts(ls)].append(r)
+    for (d, r), found in lays.items():
+        ranks[d, _layouts(found)].append(r)
     dtypes: dict[tuple[int, int, tuple[Layout, ...]], list[DType]] = defaultdict(list)
     for (d, ls), rs in ranks.items():
         for lo, hi in _runs(rs):

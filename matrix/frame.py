@@ -34,7 +34,7 @@ _PATHS = [p.value for p in ExecPath]
 
 
 def _rows(model: Matrix) -> list[tuple[object, ...]]:
-    rows = []
+    rows: list[tuple[object, ...]] = []
     for op, entries in model.operators.items():
         for e in entries:
             num, ag = e.numerics, e.autograd

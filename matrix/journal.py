@@ -19,13 +19,14 @@ import json
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TypeAlias
 
 from opmatrix.schema import ArtifactError, JournalHeader, Outcome, RuntimeRecord, TaskRecord
 from pydantic import TypeAdapter, ValidationError
 
 __all__ = ["Record", "dumps_records", "merge_records", "read_journal"]
 
-Record = JournalHeader | TaskRecord | RuntimeRecord
+Record: TypeAlias = JournalHeader | TaskRecord | RuntimeRecord
 
 _KINDS: dict[str, type[JournalHeader] | type[TaskRecord] | type[RuntimeRecord]] = {
     "header": JournalHeader,
