@@ -75,6 +75,14 @@ class Adapter:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
+    def register(self) -> None:
+        """Make the device type known to torch *without* initialising the runtime.
+
+        Discovery and initialisation are separate contracts (seeds/004): after ``register()``,
+        ``torch.<device_type>.device_count()`` must work and a ``fork`` must still be safe. The
+        built-in device types need nothing; backends that register on import override this.
+        """
+
     def setup(self) -> None:
         """Import and initialise the backend in this process (called in each worker)."""
 

@@ -208,5 +208,9 @@ class PrivateUse1Adapter(Adapter):
         importlib.import_module(self.module)
         self.device_type = torch._C._get_privateuse1_backend_name()
 
+    def register(self) -> None:
+        """Importing the module registers the device (its runtime should initialise lazily)."""
+        self.setup()
+
     def compile_backend(self) -> Any:
         return "aot_eager"

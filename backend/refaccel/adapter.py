@@ -46,6 +46,12 @@ class RefaccelAdapter(Adapter):
         torch.refaccel.init()  # type: ignore[attr-defined]
         torch.refaccel.set_device(self.device_index)  # type: ignore[attr-defined]
 
+    def register(self) -> None:
+        """Install this generation without initialising the runtime (fork-safe discovery)."""
+        from .install import install
+
+        self.generation = install(self.generation)
+
     def available(self) -> tuple[bool, str]:
         """Whether the runtime can initialise here (driver present, compatible, device free)."""
         from . import runtime
