@@ -46,10 +46,14 @@ def backend_module(adapter: Adapter) -> str:
     return owner.rsplit(".", 1)[0] if owner.endswith(".adapter") else owner
 
 
-def check_import(adapter: Adapter) -> Verdict:
-    """The backend's package imports (without initialising a device)."""
+def check_import(adapter: Adapter, spent: float = 0.0) -> Verdict:
+    """The backend's package imports (without initialising a device).
+
+    ``spent``: seconds already spent importing it with the adapter (``get_adapter`` imports an
+    adapter's own package), added to the time measured here.
+    """
     name = backend_module(adapter)
-    start = time.perf_counter()
+    start = time.perf_counter() - spent
     try:
         importlib.import_module(name)
     except ImportError as exc:
@@ -90,9 +94,11 @@ def check_driver(adapter: Adapter) -> Verdict:
     return passed(f"initialised in {seconds:.2f} s; {shown}")
 
 
-def bootstrap(adapter: Adapter, spec: str, generation: str | None) -> tuple[Verdict, Verdict, Probe | None]:
+def bootstrap(
+    adapter: Adapter, spec: str, generation: str | None, spent: float = 0.0
+) -> tuple[Verdict, Verdict, Probe | None]:
     """Run ``import`` and ``driver``; the probe exists only when both passed (or do not apply)."""
-    imported = check_import(adapter)
+    imported = check_import(adapter, spent)
     if imported.result.value == "fail":
         return imported, unknown("not run: the backend did not import"), None
     driver = check_driver(adapter)

@@ -95,6 +95,7 @@ def case_fork_before_init(env: CaseEnv) -> Verdict:
 
     adapter = env.adapter()
     importlib.import_module(backend_module(adapter))
+    adapter.register()
     mod = getattr(torch, device_type_of(adapter), None)
     discovery = "no device_count to try before initialisation"
     count = getattr(mod, "device_count", None)

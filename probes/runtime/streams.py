@@ -94,7 +94,9 @@ def check_kernel(probe: Probe) -> Verdict:
     import torch
 
     dev = probe.device()
-    dtype = next((d for d in probe.dtypes if d.is_floating_point), probe.dtypes[0] if probe.dtypes else torch.float32)
+    # claims are about storage; float32 is what every compute path serves first
+    floats = [d for d in probe.dtypes if d.is_floating_point]
+    dtype = torch.float32 if torch.float32 in probe.dtypes or not probe.dtypes else (floats or probe.dtypes)[0]
     a = torch.arange(12, dtype=torch.float32).reshape(3, 4).to(dtype)
     b = torch.full((3, 4), 2, dtype=dtype)
     got = torch.add(a.to(dev), b.to(dev), alpha=3).mul(2)

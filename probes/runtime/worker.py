@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Sequence
 
 from opmatrix.backend.base import Adapter
@@ -64,14 +65,16 @@ def _evidence_key(adapter: Adapter) -> str:
         return f"unknown ({type(exc).__name__})"
 
 
-def run_worker(adapter: Adapter, spec_text: str, generation: str | None, names: Sequence[str]) -> None:
+def run_worker(
+    adapter: Adapter, spec_text: str, generation: str | None, names: Sequence[str], spent: float = 0.0
+) -> None:
     """Bootstrap (import + driver), then run ``names`` in order, emitting each record."""
     specs = [by_name(n) for n in names]
     wanted = {s.name for s in specs}
     for name in ("import", "driver"):
         if name in wanted:
             emit({"event": "start", "check": name})
-    imported, driver, probe = bootstrap(adapter, spec_text, generation)
+    imported, driver, probe = bootstrap(adapter, spec_text, generation, spent)
     key = _evidence_key(adapter) if probe is not None else ""
     for name, verdict in (("import", imported), ("driver", driver)):
         if name in wanted:
@@ -98,8 +101,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--generation")
     parser.add_argument("--checks", required=True, help="comma-separated check names, in order")
     args = parser.parse_args(argv)
+    start = time.perf_counter()
     adapter = get_adapter(args.backend, args.generation)
-    run_worker(adapter, args.backend, args.generation, [n for n in args.checks.split(",") if n])
+    spent = time.perf_counter() - start
+    run_worker(adapter, args.backend, args.generation, [n for n in args.checks.split(",") if n], spent)
     return 0
 
 
