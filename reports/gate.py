@@ -1,8 +1,9 @@
 """The release gate's verdict as the index shows it, read leniently from ``opmatrix gate --json``.
 
 The gate's JSON is another subsystem's product, so this reads only what it needs and shows the
-rest as it is: a verdict (``verdict``, else ``passed``), the scalar fields beside it, and the first
-list of requirement results (``requirements``, ``results``, ``findings`` ...) as a table::
+rest as it is: a verdict (``verdict``, else ``passed``), the scalar fields beside it, and every
+list as a table, requirement results (``requirements``, ``results`` ...) first; nested lists are
+counted and long texts cut, so a gate result of any size keeps the index small::
 
     >>> gate_view({"verdict": "blocked", "requirements": [{"name": "level 2", "status": "fail"}]}).verdict
     'blocked'
@@ -19,48 +20,73 @@ from typing import Any
 
 from opmatrix.schema import ArtifactError
 
-__all__ = ["GateRow", "GateView", "gate_view", "load_gate"]
+__all__ = ["GateRow", "GateTable", "GateView", "gate_view", "load_gate"]
 
-_LIST_KEYS = ("requirements", "results", "findings", "checks", "items", "failures")
-_FIRST_COLUMNS = ("level", "name", "requirement", "kind", "op", "dtype", "status", "result", "passed", "verdict")
+_LIST_KEYS = ("requirements", "results", "checks", "findings", "blocking", "items", "failures")
+_FIRST_COLUMNS = ("id", "level", "name", "requirement", "kind", "title", "op", "dtype", "status", "result", "passed",
+                  "verdict", "blocking", "message")
 _STATUS_KEYS = ("status", "result", "verdict", "passed", "ok")
 _GOOD = {"pass", "passed", "ok", "true", "met", "waived"}
 _BAD = {"fail", "failed", "blocked", "false", "unmet", "missing", "error"}
-#: Most requirement rows shown; the rest are counted.
-MAX_ROWS = 2000
+#: Most rows shown per table, and the longest text shown per cell; the rest are counted / cut.
+MAX_ROWS = 200
+MAX_TEXT = 300
 
 
 @dataclass(frozen=True)
 class GateRow:
-    """One requirement result: its cells in column order and a pass/fail/None tone."""
+    """One item of a list: its cells in column order and a pass/fail/None tone."""
 
     cells: tuple[str, ...]
     tone: str | None
 
 
 @dataclass(frozen=True)
+class GateTable:
+    """One list of the gate result (requirements, checks, blocking reasons ...) as a table."""
+
+    name: str
+    columns: list[str]
+    rows: list[GateRow]
+    total: int
+
+    @property
+    def hidden_rows(self) -> int:
+        """Items not shown."""
+        return self.total - len(self.rows)
+
+
+@dataclass(frozen=True)
 class GateView:
-    """The gate verdict, its scalar fields and its requirement table."""
+    """The gate verdict, its scalar fields and its lists as tables (the first one is the main one)."""
 
     verdict: str
     passed: bool | None
     fields: list[tuple[str, str]] = field(default_factory=list)
-    list_name: str = ""
-    columns: list[str] = field(default_factory=list)
-    rows: list[GateRow] = field(default_factory=list)
-    hidden_rows: int = 0
+    tables: list[GateTable] = field(default_factory=list)
+
+    @property
+    def rows(self) -> list[GateRow]:
+        """Rows of the main table."""
+        return self.tables[0].rows if self.tables else []
 
 
-def _text(value: Any) -> str:
+def _text(value: Any, limit: int = MAX_TEXT) -> str:
     if isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return ""
-    if isinstance(value, (int, float)):
-        return str(value)
-    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+        text = value
+    elif isinstance(value, bool):
+        text = "true" if value else "false"
+    elif value is None or value == [] or value == {}:
+        text = ""
+    elif isinstance(value, (int, float)):
+        text = str(value)
+    elif isinstance(value, list) and value and not all(isinstance(v, (str, int, float)) for v in value):
+        text = f"{len(value)} items"  # e.g. every cell a requirement covered: counted, not dumped
+    elif isinstance(value, Mapping):
+        text = ", ".join(f"{k}={_text(v)}" for k, v in value.items() if v not in (None, "", [], {}))
+    else:
+        text = json.dumps(value, sort_keys=True, ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
 
 
 def _tone(value: Any) -> str | None:
@@ -89,6 +115,16 @@ def _columns(items: list[Mapping[str, Any]]) -> list[str]:
     return first + [c for c in seen if c not in first]
 
 
+def _table(name: str, items: list[Any]) -> GateTable:
+    dict_items = [i if isinstance(i, Mapping) else {name: i} for i in items]
+    columns = _columns(dict_items)
+    rows = [
+        GateRow(cells=tuple(_text(i.get(c, "")) for c in columns), tone=_row_tone(i))
+        for i in dict_items[:MAX_ROWS]
+    ]
+    return GateTable(name=name, columns=columns, rows=rows, total=len(dict_items))
+
+
 def gate_view(data: Any) -> GateView:
     """Normalise a gate result of any reasonable shape into what the index shows."""
     if not isinstance(data, Mapping):
@@ -101,31 +137,13 @@ def gate_view(data: Any) -> GateView:
         tone = _tone(verdict)
         passed = None if tone is None else tone == "pass"
     fields = [
-        (str(k), _text(v))
+        (str(k), _text(v, limit=20 * MAX_TEXT))
         for k, v in data.items()
-        if k not in ("verdict", "passed") and not isinstance(v, (list, dict))
+        if k not in ("verdict", "passed") and not isinstance(v, (list, Mapping))
     ]
-    list_name, items = "", []
-    for key in (*_LIST_KEYS, *data.keys()):
-        value = data.get(key)
-        if isinstance(value, list) and value:
-            list_name, items = str(key), value
-            break
-    dict_items = [i if isinstance(i, Mapping) else {"value": i} for i in items]
-    columns = _columns(dict_items)
-    rows = [
-        GateRow(cells=tuple(_text(i.get(c, "")) for c in columns), tone=_row_tone(i))
-        for i in dict_items[:MAX_ROWS]
-    ]
-    return GateView(
-        verdict=verdict,
-        passed=passed,
-        fields=fields,
-        list_name=list_name,
-        columns=columns,
-        rows=rows,
-        hidden_rows=max(0, len(dict_items) - MAX_ROWS),
-    )
+    keys = [k for k in _LIST_KEYS if k in data] + [str(k) for k in data if k not in _LIST_KEYS]
+    tables = [_table(k, data[k]) for k in keys if isinstance(data[k], list) and data[k]]
+    return GateView(verdict=verdict, passed=passed, fields=fields, tables=tables)
 
 
 def load_gate(path: str | os.PathLike[str]) -> GateView:

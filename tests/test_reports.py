@@ -194,6 +194,34 @@ def test_gate_verdict_on_the_index(tmp_path: Path, example_matrix_path: Path):
     assert "<td>float64 rejected</td>" in html and "<script>alert" not in html
 
 
+def test_gate_result_of_opmatrix_gate_shape(tmp_path: Path, example_matrix_path: Path):
+    """The shape `opmatrix gate --json` writes: requirements first, nested cell lists counted, others folded."""
+    cells = [{"op": "aten.softmax.int", "dtype": "float32", "rank": r, "status": "fail"} for r in range(5000)]
+    gate = {
+        "verdict": "blocked", "release": "0.2", "promised_level": 2, "improvement_yaml": "- level: 2\n  operators: []\n",
+        "blocking": ["L2.ops.softmax: aten.softmax.int float32 rank 0: path rejected is worse than composite"] * 900,
+        "requirements": [
+            {"id": "L2.ops.softmax", "level": 2, "kind": "ops", "title": "softmax", "status": "fail", "blocking": True,
+             "message": "6/8 cells pass", "cells": cells, "checked": 8, "failed": 2},
+            {"id": "L0.check.all", "level": 0, "kind": "check", "status": "pass", "cells": [], "checked": 3, "failed": 0},
+        ],
+        "checks": [{"name": "identity", "status": "pass", "message": "matrix and contract are for refaccel g2"}],
+        "waivers": [],
+    }
+    view = gate_view(gate)
+    assert [t.name for t in view.tables] == ["requirements", "checks", "blocking"]
+    main = view.tables[0]
+    assert main.columns[:8] == ["id", "level", "kind", "title", "status", "blocking", "message", "cells"]
+    assert main.rows[0].cells[7] == "5000 items" and main.rows[0].tone == "fail" and main.rows[1].tone == "pass"
+    assert view.tables[2].total == 900 and len(view.tables[2].rows) == 200
+    (tmp_path / "gate.json").write_text(json.dumps(gate))
+    assert run_cli("report", str(example_matrix_path), "--gate", str(tmp_path / "gate.json"), "--out", str(tmp_path)).returncode == 0
+    html = (tmp_path / "index.html").read_text()
+    assert "<summary>blocking (900)</summary>" in html and "… and 700 more in the gate's JSON." in html
+    assert "<dt>improvement yaml</dt><dd><details><summary>3 lines</summary><pre>- level: 2\n  operators: []\n</pre>" in html
+    assert len(html) < 200_000
+
+
 def test_cli_rejects_bad_inputs_with_exit_2(tmp_path: Path, example_matrix_path: Path):
     """A broken matrix or gate file is invalid input: exit 2 and a message naming the file."""
     bad = tmp_path / "bad.yaml"
