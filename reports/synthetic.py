@@ -3,7 +3,8 @@
 Real probes of ~700 OpInfo operators x 11 dtypes take hours; the report's size and speed only
 depend on the shape of the matrix, so this builds one of that shape, deterministically from a
 seed, with every path, wrong and faulted outcomes, conditions, compile-mode entries, component
-ops, fallback evidence and long error messages::
+ops, fallback evidence and long error messages; ``hostile=True`` puts markup into an op name, an
+error message, a runtime check, a device name and a skipped task::
 
     >>> m = synthetic_matrix(n_ops=20, seed=1)
     >>> len(m.operators)
@@ -141,7 +142,7 @@ def synthetic_matrix(
                    error=ErrorInfo(type="RuntimeError", message=HOSTILE, actionable=False), note=HOSTILE)
         ]
     checks = [
-        RuntimeCheck(name="import", level=0, result=CheckResult.passed, evidence="import ok"),
+        RuntimeCheck(name="import", level=0, result=CheckResult.passed, evidence=HOSTILE if hostile else "import ok"),
         RuntimeCheck(name="driver", level=0, result=CheckResult.passed, evidence="driver 2.4.1 (needs >= 2.0)"),
         RuntimeCheck(name="allocation", level=1, result=CheckResult.passed, evidence="1 GiB in 4 MiB blocks"),
         RuntimeCheck(name="fork_after_init", level=1, result=CheckResult.failed, evidence="child hung",
@@ -156,10 +157,10 @@ def synthetic_matrix(
             started="2026-11-29T00:00:00Z", finished="2026-11-29T03:00:00Z",
         ),
         runtime=Runtime(
-            devices=[DeviceInfo(index=0, name="Synthetic CPU", properties={"cores": 2})],
+            devices=[DeviceInfo(index=0, name="Synthetic CPU" + (HOSTILE if hostile else ""), properties={"cores": 2})],
             claimed_dtypes=[DType(d) for d in dtypes],
             checks=checks,
         ),
         operators=ops,
-        skipped={f"{next(iter(ops))}|complex32": "no OpInfo sample for this dtype"},
+        skipped={f"{next(iter(ops))}|complex32": "no OpInfo sample for this dtype" + (HOSTILE if hostile else "")},
     )

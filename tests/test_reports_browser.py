@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from opmatrix.reports import render_site
+from opmatrix.reports.gate import gate_view
 from opmatrix.reports.names import page_names
 from opmatrix.reports.synthetic import HOSTILE, synthetic_matrix
 from opmatrix.schema import Entry, ExecPath, Matrix, Mode, Outcome
@@ -85,7 +86,10 @@ def matrix() -> Matrix:
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory, matrix: Matrix) -> Path:
     out = tmp_path_factory.mktemp("browser-site")
-    render_site(matrix, out, baseline=synthetic_matrix(n_ops=60, seed=8), command="opmatrix report m.yaml --out site")
+    gate = gate_view({"verdict": "blocked", "reason": HOSTILE, "requirements": [{"id": HOSTILE, "status": "fail"}]})
+    render_site(
+        matrix, out, baseline=synthetic_matrix(n_ops=60, seed=8), gate=gate, command=f"opmatrix report '{HOSTILE}' --out site"
+    )
     return out
 
 
@@ -195,6 +199,10 @@ def test_hostile_strings_stay_text_in_the_browser(page: Watched, site: Path, mat
     """A `<script>` in an op name or error message shows as text; no dialog ever fires."""
     hostile_op = next(op for op in matrix.operators if "<script>" in op)
     page.page.goto((site / "index.html").as_uri())
+    assert page.page.eval_on_selector_all("script", "s => s.map(x => x.getAttribute('src'))") == ["static/site.js"]
+    body = page.page.inner_text("body")
+    # op name, runtime check, device name, gate verdict and gate requirement, and the footer command
+    assert body.count(HOSTILE) >= 6, body.count(HOSTILE)
     page.page.fill("#f-op", "<script>")
     assert _visible_ops(page) == {hostile_op}
     assert page.page.inner_text("#grid tbody tr:not([hidden]) th a") == hostile_op
