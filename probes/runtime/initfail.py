@@ -54,7 +54,7 @@ CAUSES: tuple[InitCause, ...] = (
     ),
     InitCause(
         "no_device", "no device visible",
-        r"no (\w+ )?devices?\b|device count is 0|visible_devices",
+        r"no ([\w-]+ )?devices?\b|device count is 0|visible_devices",
         "no device is visible to this process: check the hardware, the container's device mapping and "
         "*_VISIBLE_DEVICES",
     ),

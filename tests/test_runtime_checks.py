@@ -1,0 +1,183 @@
+"""Runtime checks (levels 0-1) against real backends, each run in isolated processes.
+
+refaccel runs through the real CLI (``opmatrix doctor --json``); cpu, meta and refaccel g1
+through :func:`run_checks`. The fork / spawn suite forks and spawns for real.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import unittest
+from unittest import mock
+
+from opmatrix.probes.runtime.catalog import CATALOG
+from opmatrix.probes.runtime.execute import run_checks, runtime_from_records
+from opmatrix.schema import ApiService, CheckResult, Runtime
+
+from .conftest import run_cli
+
+PASS, NA, FAIL = CheckResult.passed, CheckResult.not_applicable, CheckResult.failed
+PROCESS_CHECKS = [c.name for c in CATALOG if c.kind == "process" and c.name != "init_messages"]
+
+
+@functools.cache
+def refaccel_doctor() -> tuple[int, Runtime, float]:
+    """``opmatrix doctor --backend refaccel --json``: exit code, runtime section, seconds."""
+    done = run_cli("doctor", "--backend", "refaccel", "--json", timeout=600)
+    payload = json.loads(done.stdout)
+    return done.returncode, Runtime.model_validate(payload["runtime"]), payload["seconds"]
+
+
+@functools.cache
+def runtime_of(backend: str, generation: str | None = None, names: tuple[str, ...] | None = None) -> Runtime:
+    return runtime_from_records(run_checks(backend, generation, names))
+
+
+class RefaccelDoctorTest(unittest.TestCase):
+    """Every check passes on the reference accelerator g2, in bring-up order, quickly."""
+
+    def test_exit_zero_and_every_check(self) -> None:
+        code, runtime, _ = refaccel_doctor()
+        self.assertEqual(code, 0, [(c.name, c.evidence) for c in runtime.checks if c.result is not PASS])
+        self.assertEqual([c.name for c in runtime.checks], [c.name for c in CATALOG])
+        self.assertEqual({c.result for c in runtime.checks}, {PASS})
+        self.assertEqual({c.level for c in runtime.checks}, {0, 1})
+
+    def test_fast(self) -> None:
+        _, _, seconds = refaccel_doctor()
+        self.assertLess(seconds, 120)  # 30 s on an idle 2-core machine; shared CI runners are slower
+
+
+class RefaccelLevel0Test(unittest.TestCase):
+    """Discovery, driver, init messages, identity and generic API coverage on refaccel."""
+
+    def test_driver_and_identity(self) -> None:
+        _, rt, _ = refaccel_doctor()
+        self.assertIn("driver 2.3.1", rt.check("driver").evidence)
+        self.assertEqual([d.index for d in rt.devices], [0, 1])
+        self.assertTrue(all(d.uuid and d.uuid.startswith("RA-") for d in rt.devices))
+        self.assertEqual(len({d.uuid for d in rt.devices}), 2)
+        for key in ("driver", "firmware", "isa"):
+            self.assertTrue(rt.capabilities.get(key), key)
+
+    def test_init_failures_name_their_causes(self) -> None:
+        evidence = refaccel_doctor()[1].check("init_messages").evidence
+        for phrase in ("incompatible -> unsupported driver version", "busy -> device busy",
+                       "missing -> driver or firmware missing", "reset -> device in reset"):
+            self.assertIn(phrase, evidence)
+
+    def test_api_coverage_says_which_path(self) -> None:
+        _, rt, _ = refaccel_doctor()
+        service = {a.api: a.service for a in rt.apis}
+        self.assertEqual(service["torch.accelerator.device_count"], ApiService.generic)
+        self.assertEqual(service["torch.accelerator.memory_allocated"], ApiService.own_module)
+        self.assertEqual(service["torch.accelerator.set_device_index"], ApiService.own_module)
+        self.assertEqual(service["torch.Stream"], ApiService.own_module)
+        self.assertEqual(service["torch.Event"], ApiService.own_module)
+        self.assertEqual(service["torch.profiler device activity"], ApiService.none)
+        self.assertEqual(rt.check("stream_order").via, "torch.refaccel.Stream")
+        self.assertEqual(rt.check("memory_stats").via, "torch.refaccel")
+        self.assertEqual(rt.check("enumerate").via, "torch.accelerator.device_count")
+
+
+class RefaccelLevel1Test(unittest.TestCase):
+    """Tensor semantics, streams / events, RNG and memory on refaccel, with measured evidence."""
+
+    def test_claims_both_ways(self) -> None:
+        import opmatrix.backend.refaccel.table as table
+
+        _, rt, _ = refaccel_doctor()
+        storable = sorted(str(d).removeprefix("torch.") for d in table.storable_dtypes())
+        self.assertEqual(sorted(d.value for d in rt.claimed_dtypes), storable)
+        self.assertIn("exactly the claimed ones work", rt.check("dtype_claims").evidence)
+        self.assertIn(f"{len(storable)} claimed dtypes", rt.check("views").evidence)
+
+    def test_evidence_is_measured(self) -> None:
+        _, rt, _ = refaccel_doctor()
+        self.assertIn("torch.OutOfMemoryError", rt.check("oom").evidence)
+        self.assertIn("device usable afterwards", rt.check("oom").evidence)
+        self.assertRegex(rt.check("event_elapsed_time").evidence, r"elapsed_time \d+\.\d+ ms")
+        self.assertIn("all 1048576 values 42.0", rt.check("event_cross_stream").evidence)
+        self.assertIn("refaccel:0 <-> refaccel:1", rt.check("copy_d2d").evidence)
+        self.assertIn("onto refaccel:0 and cpu", rt.check("serialization").evidence)
+
+
+class RefaccelProcessTest(unittest.TestCase):
+    """The fork / spawn suite on refaccel: fork after initialisation is refused, naming spawn."""
+
+    def test_fork_after_init_names_the_cause(self) -> None:
+        check = refaccel_doctor()[1].check("fork_after_init")
+        self.assertIs(check.result, PASS)
+        self.assertIn("forked after refaccel was initialised", check.evidence)
+        self.assertIn("spawn", check.evidence)
+        self.assertEqual(refaccel_doctor()[1].capabilities["fork_after_init"], "rejected_with_error")
+
+    def test_discovery_does_not_initialise(self) -> None:
+        self.assertIn("is_initialized() stayed False", refaccel_doctor()[1].check("fork_before_init").evidence)
+
+    def test_children(self) -> None:
+        rt = refaccel_doctor()[1]
+        self.assertIn("killed by SIGSEGV", rt.check("child_crash").evidence)
+        self.assertIn("same device id RA-", rt.check("spawn").evidence)
+        self.assertIn("sum 140.0", rt.check("dataloader_spawn").evidence)
+
+
+class CpuTest(unittest.TestCase):
+    """The host passes what applies to it and says not_applicable for the rest; fork is safe."""
+
+    def test_results(self) -> None:
+        rt = runtime_of("cpu")
+        self.assertEqual([c.name for c in rt.checks], [c.name for c in CATALOG])
+        bad = [(c.name, c.evidence) for c in rt.checks if c.result not in (PASS, NA)]
+        self.assertEqual(bad, [])
+        for name in ("driver", "init_messages", "stream_order", "event_elapsed_time", "oom", "memory_stats"):
+            self.assertIs(rt.check(name).result, NA, name)
+        for name in ("allocation", "views", "conversion", "serialization", "rng", *PROCESS_CHECKS):
+            self.assertIs(rt.check(name).result, PASS, name)
+        self.assertIn("11 default dtypes (the runtime claims none)", rt.check("views").evidence)
+        self.assertIn("fork-safe", rt.check("fork_after_init").evidence)
+        self.assertEqual(rt.capabilities["fork_after_init"], "works")
+
+
+class MetaTest(unittest.TestCase):
+    """meta: shape-only checks pass; everything that needs values or a runtime is not_applicable."""
+
+    def test_results(self) -> None:
+        rt = runtime_of("meta")
+        self.assertIs(rt.check("allocation").result, PASS)
+        self.assertIs(rt.check("views").result, PASS)
+        for name in ("copy_h2d_d2h", "item", "serialization", "identity", "oom", *PROCESS_CHECKS):
+            self.assertIs(rt.check(name).result, NA, name)
+        self.assertNotIn(FAIL, {c.result for c in rt.checks})
+
+
+class GenerationTest(unittest.TestCase):
+    """g1 is identified as itself."""
+
+    def test_g1_identity(self) -> None:
+        rt = runtime_of("refaccel", "g1", ("import", "driver", "identity", "allocation"))
+        self.assertEqual([c.name for c in rt.checks], ["import", "driver", "identity", "allocation"])
+        self.assertTrue(all(c.result is PASS for c in rt.checks), rt.checks)
+        self.assertTrue(all(d.name.startswith("RefAccel R1") for d in rt.devices))
+
+
+class IsolationTest(unittest.TestCase):
+    """A check that crashes or hangs the worker is blamed, and the following checks still run."""
+
+    def test_crash_and_hang_are_blamed(self) -> None:
+        names = ["kernel", "rng", "stream_order"]
+        with mock.patch.dict(os.environ, {"OPMATRIX_REFACCEL_FAULT": "crash:aten::uniform_"}):
+            crashed = runtime_from_records(run_checks("refaccel", None, names))
+        self.assertIs(crashed.check("rng").result, FAIL)
+        self.assertIn("killed by SIGSEGV", crashed.check("rng").evidence)
+        self.assertIs(crashed.check("stream_order").result, PASS)
+        with mock.patch.dict(os.environ, {"OPMATRIX_REFACCEL_FAULT": "hang:aten::uniform_"}):
+            hung = runtime_from_records(run_checks("refaccel", None, names, check_deadline=15))
+        self.assertIn("hung: no result within 15 s", hung.check("rng").evidence)
+        self.assertIs(hung.check("stream_order").result, PASS)
+
+
+if __name__ == "__main__":
+    unittest.main()
