@@ -20,9 +20,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from opmatrix.schema import Entry, Evidence, ExecPath, Outcome, describe, features_of, model_to_data
+from opmatrix.schema import Entry, Evidence, ExecPath, Outcome, describe, features_of, matches, model_to_data
 
-__all__ = ["UNKNOWN", "Answer", "decide", "severity", "unknown"]
+__all__ = ["UNKNOWN", "Answer", "cell_answer", "decide", "severity", "unknown"]
 
 #: the path of a cell that was not probed
 UNKNOWN: Literal["unknown"] = "unknown"
@@ -95,28 +95,27 @@ class Answer:
         names = self.condition_names
         if not names or not args:
             return self
-        feats = features_of({n: args[n] for n in names if n in args}, rank)
+        # only the feature labels of the condition names matter: cache the answer per labels
+        relevant = {n: args[n] for n in names if n in args}
+        feats = features_of(relevant, rank)
         key = tuple(feats.get(n) for n in names)
         answer = self._given.get(key)
         if answer is None:
-            answer = self._given[key] = self._choose(feats, args)
+            answer = self._given[key] = self._choose(relevant, rank)
         return answer
 
-    def _choose(self, feats: Mapping[str, str], args: Mapping[str, Any]) -> Answer:
-        hits: list[Entry] = []
-        open_: list[Entry] = []
-        for entry in self.options:
-            got = [feats.get(name) for name in entry.conditions]
-            if any(g is not None and g != want for g, want in zip(got, entry.conditions.values(), strict=True)):
-                continue
-            (open_ if None in got else hits).append(entry)
+    def _choose(self, args: Mapping[str, Any], rank: int | None) -> Answer:
+        verdicts = [(entry, matches(entry.conditions, args, rank)) for entry in self.options]
+        hits = [entry for entry, ok in verdicts if ok is True]
         if hits:
             return decide(hits, self.evidence, all_options=self.options, how="matched the arguments")
+        open_ = [entry for entry, ok in verdicts if ok is None]
         if open_:
             return decide(open_, self.evidence, all_options=self.options, how="arguments did not decide")
         shown = {n: args[n] for n in self.condition_names if n in args}
         probed = "; ".join(describe(e.conditions) for e in self.options)
-        return unknown(f"no probed argument condition matches {shown} (probed: {probed})", self.evidence)
+        return unknown(f"no probed argument condition matches {shown} (probed: {probed})", self.evidence,
+                       options=self.options)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON data (the ``opmatrix query --json`` object, without the cell key)."""
@@ -165,9 +164,31 @@ class Answer:
         return text
 
 
-def unknown(reason: str, evidence: Evidence | None) -> Answer:
-    """The answer for a cell that was not probed."""
-    return Answer(path=UNKNOWN, outcome=None, entry=None, evidence=evidence, known=False, reason=reason)
+def unknown(reason: str, evidence: Evidence | None, *, options: Sequence[Entry] = ()) -> Answer:
+    """The answer for a cell that was not probed (or not for these argument values)."""
+    return Answer(
+        path=UNKNOWN, outcome=None, entry=None, evidence=evidence, known=False, reason=reason,
+        options=tuple(options), condition_names=_names(options),
+    )
+
+
+def _names(options: Sequence[Entry]) -> tuple[str, ...]:
+    return tuple(sorted({name for e in options for name in e.conditions}))
+
+
+def cell_answer(options: Sequence[Entry], evidence: Evidence | None) -> Answer:
+    """The answer for a cell when no argument values are given.
+
+    Groups whose conditions the *absence* of arguments already rules out (``dtype: float64``
+    when no ``dtype`` is passed: see ``DEFAULT_LABELS`` in :mod:`opmatrix.schema.conditions`) do
+    not take part; the worst remaining group answers, the better ones are alternatives.
+    """
+    default = [e for e in options if matches(e.conditions, {}, None) is not False]
+    if not default:
+        probed = "; ".join(describe(e.conditions) for e in options)
+        return unknown(f"probed only for argument values a default call does not have ({probed}); "
+                       "pass argument values", evidence, options=options)
+    return decide(default, evidence, all_options=options)
 
 
 def decide(
@@ -185,9 +206,12 @@ def decide(
         sorted((e for e in options if severity(e) < severity(worst)), key=lambda e: (severity(e), _worst_first(e)))
     )
     reason = ""
-    if len(options) > 1:
-        reason = f"worst of {len(entries)} condition group(s)"
+    if len(entries) > 1:
+        reason = f"worst of {len(entries)} condition groups"
         reason += f" ({how})" if how else "; pass argument values to narrow"
+    elif len(options) > 1:
+        others = "; ".join(describe(e.conditions) for e in options if e is not worst)
+        reason = f"{how or 'the only group that holds without argument values'} (other groups: {others})"
     return Answer(
         path=worst.path,
         outcome=worst.outcome,
@@ -196,5 +220,5 @@ def decide(
         alternatives=better,
         reason=reason,
         options=options,
-        condition_names=tuple(sorted({name for e in options for name in e.conditions})),
+        condition_names=_names(options),
     )

@@ -80,7 +80,11 @@ def _value(arg: object) -> object:
 
 
 def node_args(node: torch.fx.Node) -> dict[str, object]:
-    """The node's argument values by schema name (tensors as :data:`~opmatrix.schema.TENSOR`)."""
+    """The node's argument values by schema name (tensors as :data:`~opmatrix.schema.TENSOR`).
+
+    Arguments the call left out take their schema defaults, so that a condition such as
+    ``dtype: none`` is decided rather than left open.
+    """
     target = node.target
     schema = getattr(target, "_schema", None)
     if schema is None:
@@ -90,6 +94,9 @@ def node_args(node: torch.fx.Node) -> dict[str, object]:
         out[formal.name] = _value(actual)
     for name, actual in node.kwargs.items():
         out[name] = _value(actual)
+    for formal in schema.arguments:
+        if formal.name not in out and formal.has_default_value():
+            out[formal.name] = formal.default_value
     return out
 
 

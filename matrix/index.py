@@ -6,8 +6,8 @@ Rows are keyed ``(op, dtype, layout, mode)`` (plain strings) and hold one answer
     rows[("aten.softmax.int", "float32", "contiguous", "eager")][3]   # -> Answer
 
 Entries of an operator without argument conditions cover disjoint cells and share one answer
-per entry; cells split into condition groups get one answer per distinct set of groups (worst
-group first, better ones as alternatives; see :func:`~opmatrix.matrix.answer.decide`).
+per entry; cells split into condition groups get one answer per distinct set of groups (see
+:func:`~opmatrix.matrix.answer.cell_answer`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from opmatrix.schema import Entry, Evidence
 from opmatrix.schema import Matrix as MatrixModel
 
-from .answer import Answer, decide
+from .answer import Answer, cell_answer, decide
 
 __all__ = ["CellKey", "Row", "RowKey", "build_rows", "iter_cells"]
 
@@ -70,7 +70,7 @@ def _grouped(op: str, entries: list[Entry], evidence: Evidence) -> dict[RowKey, 
             sig = tuple(map(id, group))
             answer = shared.get(sig)
             if answer is None:
-                answer = shared[sig] = decide(group, evidence)
+                answer = shared[sig] = cell_answer(group, evidence)
             row[rank] = answer
         rows[key] = row
     return rows

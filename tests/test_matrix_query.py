@@ -49,6 +49,24 @@ def test_a_missing_argument_leaves_the_worst_group(m: Matrix):
     assert a.path is ExecPath.composite
 
 
+def test_an_explicit_dtype_group_does_not_answer_for_a_call_without_dtype():
+    """The probes always record ``dtype=`` when a sample passes it; a default call has none."""
+    records = [task("softmax", "float32", [
+        *cells("aten.softmax.int", "float32", [3], path="composite"),
+        *cells("aten.softmax.int", "float32", [3], path="rejected", conditions={"dtype": "float64"}),
+        *cells("aten.log_softmax.int", "float32", [3], path="rejected", conditions={"dtype": "float64"}),
+    ])]
+    m = Matrix(build_matrix(records, backend=BACKEND, evidence=EVIDENCE))
+    assert m.query("aten.softmax.int", "float32", 3).path is ExecPath.composite
+    assert m.query("aten.softmax.int", "float32", 3, args={"dim": -1}).path is ExecPath.composite
+    assert m.query("aten.softmax.int", "float32", 3, args={"dtype": torch.float64}).path is ExecPath.rejected
+    assert m.query("aten.softmax.int", "float32", 3, args={"dtype": "float64"}).path is ExecPath.rejected
+    only = m.query("aten.log_softmax.int", "float32", 3)
+    assert (only.known, only.reason) == (False, "probed only for argument values a default call does not have "
+                                                "(dtype=float64); pass argument values")
+    assert only.given({"dtype": torch.float64}, 3).path is ExecPath.rejected
+
+
 def test_op_spellings_and_dtype_forms_give_the_same_answer(m: Matrix):
     want = m.query("aten.mm.default", "float32", 2, "transposed")
     assert want.path is ExecPath.native
