@@ -11,12 +11,18 @@ from __future__ import annotations
 import enum
 
 
+_RANKS: dict[type, dict[object, int]] = {}
+
+
 class _Ordered(str, enum.Enum):
     """A string enum whose declaration order is its quality order (first = best)."""
 
     @property
     def rank(self) -> int:
-        return list(type(self)).index(self)
+        ranks = _RANKS.get(type(self))
+        if ranks is None:  # built once per enum: comparisons sit on the hot path of queries
+            ranks = _RANKS[type(self)] = {m: i for i, m in enumerate(type(self))}
+        return ranks[self]
 
     def __lt__(self, other: object) -> bool:
         if type(other) is not type(self):
