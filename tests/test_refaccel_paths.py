@@ -208,6 +208,22 @@ class KernelTableTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "unknown refaccel generation 'g9'"):
             load_rules("g9")
 
+    def test_malformed_entry_names_its_place(self) -> None:
+        from opmatrix.backend.refaccel.table import _rule
+
+        with self.assertRaisesRegex(ValueError, r"kernels\[3\]\.g2\.dtypes: 'float128' is not a torch dtype"):
+            _rule("aten::x", "f", {"dtypes": ["float128"]}, {}, "kernels[3].g2")
+        with self.assertRaisesRegex(ValueError, r"kernels\[3\]\.g2: unknown keys \['speed'\]"):
+            _rule("aten::x", "f", {"dtypes": ["float32"], "speed": 1}, {}, "kernels[3].g2")
+
+    def test_install_is_idempotent_and_one_generation_per_process(self) -> None:
+        gen = refaccel.installed_generation()
+        self.assertEqual(refaccel.install(), gen)
+        self.assertEqual(refaccel.install(gen), gen)
+        other = "g1" if gen == "g2" else "g2"
+        with self.assertRaisesRegex(RuntimeError, f"refaccel {gen} is already installed"):
+            refaccel.install(other)
+
 
 _G1_SCRIPT = textwrap.dedent(
     """

@@ -189,6 +189,27 @@ class InitFailureTest(unittest.TestCase):
         self.assertIn("busy: the device partition is owned by another tenant", busy)
         self.assertNotIn("older than", busy)
 
+    def test_every_driver_mode_has_its_own_message(self) -> None:
+        from opmatrix.backend.refaccel import runtime
+
+        before = os.environ.get("OPMATRIX_REFACCEL_DRIVER")
+        messages = {}
+        try:
+            for mode in ("incompatible", "busy", "missing", "reset"):
+                os.environ["OPMATRIX_REFACCEL_DRIVER"] = mode
+                messages[mode] = runtime._init_failure()
+                self.assertFalse(torch.refaccel.is_available(), mode)
+            os.environ["OPMATRIX_REFACCEL_DRIVER"] = "missing"
+            self.assertEqual(runtime.device_count(), 0)
+        finally:
+            if before is None:
+                os.environ.pop("OPMATRIX_REFACCEL_DRIVER", None)
+            else:
+                os.environ["OPMATRIX_REFACCEL_DRIVER"] = before
+        self.assertEqual(len(set(messages.values())), 4)
+        self.assertIn("not loaded", messages["missing"])
+        self.assertIn("in reset", messages["reset"])
+
 
 class AdapterTest(unittest.TestCase):
     """The adapter exposes identity, versions, devices, claims, compile backend and health."""

@@ -54,6 +54,21 @@ class AllocatorTest(unittest.TestCase):
         torch.refaccel.reset_peak_memory_stats(1)
         self.assertEqual(torch.refaccel.max_memory_allocated(1), base)
 
+    def test_op_results_freed_on_del_without_gc(self) -> None:
+        import gc
+
+        x = torch.ones(MiB // 4, device="refaccel")
+        gc.disable()
+        try:
+            for make in (lambda: x + 1, lambda: torch.sort(x[:1000]).values, lambda: torch.softmax(x[:64], 0)):
+                before = torch.refaccel.memory_allocated()
+                y = make()
+                self.assertGreater(torch.refaccel.memory_allocated(), before)
+                del y
+                self.assertEqual(torch.refaccel.memory_allocated(), before)
+        finally:
+            gc.enable()
+
     def test_cached_block_is_reused(self) -> None:
         x = torch.empty(MiB, dtype=torch.uint8, device="refaccel")
         reserved = torch.refaccel.memory_reserved()

@@ -85,6 +85,44 @@ def to_device(cpu: _Tensor, index: int) -> _Tensor:
     return dev
 
 
+class _Call:
+    """Argument conversion state of one call (methods, not closures: no reference cycle keeps
+    device tensors alive after the call; they are freed as soon as the caller drops them)."""
+
+    __slots__ = ("to_host", "fresh_outs", "view", "index")
+
+    def __init__(self, defect: str | None, index: int | None):
+        self.to_host: dict[int, _Tensor] = {}
+        self.fresh_outs: list[tuple[_Tensor, _Tensor]] = []
+        self.view = _storage_order_view if defect == "storage_order" else memory.host_view
+        self.index = index
+
+    def convert(self, value: Any, is_out: bool = False) -> Any:
+        if isinstance(value, _Tensor):
+            if value.device.type != DEVICE_TYPE:
+                return value
+            if self.index is None:
+                self.index = value.device.index or 0
+            if is_out:
+                host = torch.empty(0, dtype=value.dtype)
+                self.fresh_outs.append((value, host))
+            else:
+                host = self.view(value)
+            self.to_host[id(host)] = value
+            return host
+        if isinstance(value, (list, tuple)):
+            return type(value)(self.convert(v, is_out) for v in value)
+        return value
+
+    def back(self, value: Any) -> Any:
+        if isinstance(value, _Tensor):
+            original = self.to_host.get(id(value))
+            return original if original is not None else to_device(value, self.index or 0)
+        if isinstance(value, (list, tuple)):
+            return type(value)(self.back(v) for v in value)
+        return value
+
+
 def run(
     op: Callable[..., Any],
     args: tuple[Any, ...],
@@ -95,56 +133,22 @@ def run(
 ) -> Any:
     """Compute ``op(*args, **kwargs)`` with the CPU kernel on host views; return device results."""
     info = op_info(op)  # type: ignore[arg-type]
-    to_host: dict[int, _Tensor] = {}
-    fresh_outs: list[tuple[_Tensor, _Tensor]] = []
-    view = _storage_order_view if defect == "storage_order" else memory.host_view
-    where = [index]
-
-    def convert(value: Any, is_out: bool = False) -> Any:
-        if isinstance(value, _Tensor):
-            if value.device.type != DEVICE_TYPE:
-                return value
-            if where[0] is None:
-                where[0] = value.device.index or 0
-            if is_out:
-                host = torch.empty(0, dtype=value.dtype)
-                fresh_outs.append((value, host))
-            else:
-                host = view(value)
-            to_host[id(host)] = value
-            return host
-        if isinstance(value, (list, tuple)):
-            return type(value)(convert(v, is_out) for v in value)
-        return value
-
-    host_args = [convert(a) for a in args]
-    host_kwargs = {k: convert(v, k in info.out_args) for k, v in kwargs.items()}
-    if "device" in host_kwargs and isinstance(host_kwargs["device"], torch.device):
-        if where[0] is None:
-            where[0] = host_kwargs["device"].index or 0
+    call = _Call(defect, index)
+    host_args = [call.convert(a) for a in args]
+    host_kwargs = {k: call.convert(v, k in info.out_args) for k, v in kwargs.items()}
+    device = host_kwargs.get("device")
+    if isinstance(device, torch.device):
+        if call.index is None:
+            call.index = device.index or 0
         host_kwargs["device"] = torch.device("cpu")
-    dev_index = where[0] or 0
     if info.generator_pos is not None:
-        _use_device_generator(info, host_args, host_kwargs, dev_index)
+        _use_device_generator(info, host_args, host_kwargs, call.index or 0)
     result = op(*host_args, **host_kwargs)
-    for dev_out, host_out in fresh_outs:
+    for dev_out, host_out in call.fresh_outs:
         if dev_out.shape != host_out.shape:
             dev_out.resize_(host_out.shape)
         memory.host_view(dev_out).copy_(host_out)
-
-    def back(value: Any) -> Any:
-        if isinstance(value, _Tensor):
-            original = to_host.get(id(value))
-            return original if original is not None else to_device(value, dev_index)
-        if isinstance(value, (list, tuple)):
-            return type(value)(back(v) for v in value)
-        return value
-
-    out = back(result)
-    # the recursive closures reference themselves (a cycle through their cells) and hold every
-    # device tensor they saw: break it, or those tensors are freed only when the cyclic GC runs
-    del convert, back
-    return out
+    return call.back(result)
 
 
 def _use_device_generator(info: OpInfo, args: list[Any], kwargs: dict[str, Any], index: int) -> None:

@@ -62,7 +62,7 @@ class Rule:
 def load_table() -> dict[str, Any]:
     """The raw YAML table (parsed once)."""
     with _PATH.open() as fh:
-        data = yaml.safe_load(fh)
+        data = yaml.load(fh, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # safe; C when available
     if not isinstance(data, dict) or "kernels" not in data:
         raise ValueError(f"{_PATH}: expected a mapping with 'kernels'")
     return data
