@@ -8,7 +8,8 @@ Modes: ``segv`` (a real NULL read), ``abort`` (``os.abort``), ``exit`` (``os._ex
 ``hang`` (sleeps far past any deadline), ``oom`` (a device OOM the handler classifies and
 records itself), ``oom-escape`` (a ``MemoryError`` escaping the handler), ``poison``
 (``WorkerPoisoned``), ``sick`` (an error after which :class:`SickCpuAdapter`'s health check fails).
-Each unit may also ``sleep`` seconds, so that a run lasts long enough to be killed half-way.
+Each unit may also ``sleep`` seconds, so that a run lasts long enough to be killed half-way;
+``prepare`` seconds pass before the first unit (a handler's imports and sample generation).
 
 Run as a script, it drives :func:`~opmatrix.probes.runner.run` in its own process (for tests
 that kill or interrupt the orchestrator)::
@@ -118,6 +119,7 @@ def handle(
     """Run each unit (``u0`` ...), misbehaving where the payload says; record one cell per unit."""
     source = task.payload["source"]
     faults: dict[str, str] = task.payload.get("faults", {})
+    time.sleep(task.payload.get("prepare", 0.0))  # host-side preparation before the first unit
     cells = []
     for index in range(task.payload.get("units", 3)):
         unit = f"u{index}"

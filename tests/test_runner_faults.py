@@ -41,6 +41,8 @@ FAULTS = {
 def faulty_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
     out = tmp_path_factory.mktemp("faults")
     tasks = make_tasks(10, units=4, faults=FAULTS)
+    # t9 prepares for longer than the unit deadline before its first unit: not a hang
+    tasks[9] = Task(tasks[9].id, "test", {**tasks[9].payload, "prepare": 3.0}, order=9)
     summary = run(tasks, backend="cpu", out_dir=out, workers=2, timeout=2.0, handlers=HANDLERS, progress=False)
     return out, summary
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from opmatrix.probes.runner import run
 from opmatrix.probes.runner.journal import Journal, open_for_resume
+from opmatrix.probes.runner.worker import code_hash
 
 from tests.runner_handlers import HANDLERS, make_tasks
 
@@ -184,3 +185,17 @@ def test_devices_are_spread_over_workers(tmp_path: Path) -> None:
     )
     notes = {c["result"]["note"] for r in _lines(tmp_path) if r["kind"] == "task" for c in r["cells"]}
     assert notes == {"device=0", "device=1"}
+
+
+def test_code_hash_follows_the_probe_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Editing a handler's sources changes the evidence; a missing module is named, not fatal."""
+    pkg = tmp_path / "probepkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "engine.py").write_text("def handle(*a): pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = code_hash(["probepkg.engine"])
+    assert code_hash(["probepkg.engine"]) == before
+    (pkg / "engine.py").write_text("def handle(*a): return 1\n")
+    assert code_hash(["probepkg.engine"]) != before
+    assert code_hash(["no_such_pkg.engine"]) != code_hash(["other_missing.engine"])

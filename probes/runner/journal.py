@@ -10,7 +10,8 @@ run leaves at most one cut-off last line, which :func:`open_for_resume` truncate
 A fresh run moves an existing journal aside to ``journal.jsonl.prev`` (merged with the older
 ``.prev`` so nothing reusable is lost); records there whose evidence key matches a planned task
 are copied instead of re-probed. The key hashes the torch build, the adapter's
-backend/driver identity, the op-source hash and the task itself (:func:`task_key`).
+backend/driver identity, the op-source hash, the probe code (handler and adapter sources) and
+the task itself (:func:`task_key`).
 """
 
 from __future__ import annotations

@@ -157,10 +157,14 @@ class _Run:
         self.started = time.monotonic()
         self.backend, self.generation = backend, generation
         self.timeout = timeout
+        # before its first unit a task only prepares on the host (imports, samples), and the
+        # first task in a fresh worker pays the handler's imports: the same grace as a start
+        self.grace = max(120.0, 4 * timeout)
         self.devices = devices
         self.options = options
         self.command = command
         self.handlers = handlers
+        self.kinds = tuple(sorted({t.kind for t in tasks}))
         self.header_extra = header
         self.path = out_dir / "journal.jsonl"
         self.summary = RunSummary(planned=len(tasks), journal=self.path, restarts=0)
@@ -195,12 +199,13 @@ class _Run:
             log_path=str(self.out_dir / "workers" / f"w{slot}.log"),
             parent_pid=os.getpid(),
             handlers=self.handlers,
+            kinds=self.kinds,
             device=device,
             threads=self.threads,
             options=self.options,
         )
         handle = spawn_worker(slot, spec)
-        handle.deadline = time.monotonic() + max(120.0, 4 * self.timeout)  # torch import + backend setup
+        handle.deadline = time.monotonic() + self.grace  # torch import + backend setup
         self.workers[slot] = handle
 
     def _fill(self) -> None:
@@ -238,7 +243,10 @@ class _Run:
         handle.ready = True
         handle.deadline = float("inf")
         self.startup_failures = 0
-        key = f"torch={identity['torch']}|{identity['adapter']}|ops={self.options.get('op_source_hash', '')}"
+        key = (
+            f"torch={identity['torch']}|{identity['adapter']}|ops={self.options.get('op_source_hash', '')}"
+            f"|code={identity.get('code', '')}"
+        )
         if self.run_key is not None:
             if key != self.run_key:
                 self.progress.note(f"warning: worker {handle.slot} reports a different build: {key}")
@@ -363,7 +371,9 @@ class _Run:
             tail = handle.log_tail()
             self._lost(handle, fault=True)
             if job is not None:
-                self._fault(job, unit, Skip("hung", f"no progress within {self.timeout:g}s\n{tail}".strip()))
+                limit = self.timeout if unit is not None else self.grace
+                what = f"no progress within {limit:g}s" + ("" if unit is not None else " of the task's start")
+                self._fault(job, unit, Skip("hung", f"{what}\n{tail}".strip()))
 
     # -- bookkeeping ---------------------------------------------------------------------------
 
@@ -410,7 +420,7 @@ class _Run:
             job.attempts += 1
             job.started = job.started or time.monotonic()
             handle.job, handle.unit = job, None
-            handle.deadline = time.monotonic() + self.timeout
+            handle.deadline = time.monotonic() + self.grace
 
     # -- the loop ------------------------------------------------------------------------------
 

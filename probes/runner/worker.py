@@ -16,14 +16,18 @@ the message of a crash; ``faulthandler`` puts the Python stack of a SIGSEGV/SIGA
 from __future__ import annotations
 
 import faulthandler
+import hashlib
+import importlib.util
 import os
 import signal
 import sys
 import threading
 import time
 import traceback
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 from .task import Skip, Task, WorkerContext, WorkerPoisoned, resolve_handler
@@ -40,6 +44,7 @@ class WorkerSpec:
     log_path: str
     parent_pid: int
     handlers: dict[str, str]
+    kinds: tuple[str, ...] = ()
     device: int | None = None
     threads: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
@@ -84,6 +89,30 @@ def _detach(spec: WorkerSpec) -> None:
     faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=False)
 
 
+_CODE_SUFFIXES = (".py", ".yaml", ".json", ".cpp")
+
+
+def code_hash(modules: Iterable[str]) -> str:
+    """Hash of the source files beside each module (its package folder, not recursive).
+
+    Part of every evidence key: a changed probe engine, runtime check or adapter re-probes
+    instead of reusing records it would no longer produce.
+    """
+    digest = hashlib.sha256()
+    for name in sorted(set(modules)):
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is None or not spec.origin or not os.path.isfile(spec.origin):
+            digest.update(f"{name}:missing\0".encode())
+            continue
+        for path in sorted(Path(spec.origin).parent.iterdir()):
+            if path.suffix in _CODE_SUFFIXES and path.is_file():
+                digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def _setup(slot: int, spec: WorkerSpec) -> tuple[WorkerContext, dict[str, Any]]:
     """Import torch, build and set up the adapter; returns the context and the evidence identity."""
     import torch
@@ -99,6 +128,9 @@ def _setup(slot: int, spec: WorkerSpec) -> tuple[WorkerContext, dict[str, Any]]:
     identity = {
         "torch": f"{torch.__version__} git={getattr(torch.version, 'git_version', None)}",
         "adapter": adapter.evidence_key(),
+        "code": code_hash(
+            [type(adapter).__module__, *(spec.handlers[k].partition(":")[0] for k in spec.kinds if k in spec.handlers)]
+        ),
         "torch_version": torch.__version__,
         "torch_git": getattr(torch.version, "git_version", None),
         "device_type": adapter.device_type,

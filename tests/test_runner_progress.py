@@ -1,0 +1,43 @@
+"""The progress line: tasks done / total, cells, rate, ETA and counts per path and fault."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from opmatrix.probes.runner.progress import Progress, count_record
+
+
+def _cell(path: str, outcome: str) -> dict:
+    return {"result": {"path": path, "outcome": outcome}}
+
+
+def test_counts_cells_by_path_and_outcome() -> None:
+    """Op records count their cells; runtime records their check result; cell-less tasks their outcome."""
+    paths, outcomes = count_record({"kind": "task", "cells": [_cell("native", "ok"), _cell("fallback", "wrong")]})
+    assert (dict(paths), dict(outcomes)) == ({"native": 1, "fallback": 1}, {"ok": 1, "wrong": 1})
+    assert dict(count_record({"kind": "task", "outcome": "hung", "cells": []})[1]) == {"hung": 1}
+    assert dict(count_record({"kind": "runtime", "check": {"result": "pass"}})[1]) == {"check:pass": 1}
+
+
+def test_plain_lines_when_not_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Logs get whole lines (no carriage returns) with the counts a reader needs."""
+    monkeypatch.delenv("OPMATRIX_PROGRESS", raising=False)
+    out = io.StringIO()
+    progress = Progress(4, stream=out)
+    progress.add({"kind": "task", "cells": [_cell("native", "ok"), _cell("composite", "crashed")]}, fresh=True)
+    progress.add({"kind": "task", "cells": [_cell("native", "ok")]}, fresh=False)
+    progress.tick(final=True)
+    text = out.getvalue()
+    assert "\r" not in text and text.endswith("\n")
+    assert "2/4 tasks  3 cells" in text and "composite 1 native 2" in text and "| crashed 1" in text
+    assert "ETA" in text
+
+
+def test_disabled_progress_prints_nothing() -> None:
+    """--quiet: counts are kept, nothing is drawn."""
+    out = io.StringIO()
+    progress = Progress(1, enabled=False, stream=out)
+    progress.add({"kind": "task", "cells": [_cell("native", "ok")]}, fresh=True)
+    progress.tick(final=True)
+    assert out.getvalue() == "" and progress.paths["native"] == 1

@@ -1,0 +1,46 @@
+"""Real faults from the reference accelerator, through the real op engine, land on their cells."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from opmatrix.probes.runner import Task, run
+
+pytestmark = pytest.mark.slow
+
+# not mul, sum: the health check after a fault runs them on the device
+FAULTS = {"neg": "crash", "exp": "abort", "sort": "oom", "tanh": "poison", "cumsum": "hang"}
+SIGNALS = {"crash": "SIGSEGV", "abort": "SIGABRT"}
+OUTCOME = {"crash": "crashed", "abort": "crashed", "oom": "oom", "poison": "poisoned", "hang": "hung"}
+OPS = ["add", *FAULTS]
+
+
+def test_refaccel_faults_are_recorded_on_the_cells_that_caused_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """crash, abort, oom, poison and hang of one op each: its cells carry the fault, the rest run."""
+    spec = ",".join(f"{mode}:aten::{op}" for op, mode in FAULTS.items())
+    monkeypatch.setenv("OPMATRIX_REFACCEL_FAULT", spec)  # spawned workers inherit it
+    options = {"compile": "off", "autograd": False, "max_samples": 2, "layouts": ["contiguous", "transposed"]}
+    tasks = [
+        Task(f"{op}|float32", "op", {"source": op, "dtype": "float32", "options": options}, order=i)
+        for i, op in enumerate(OPS)
+    ]
+    summary = run(tasks, backend="refaccel", generation="g2", out_dir=tmp_path, workers=2, timeout=10.0, progress=False)
+    assert not summary.aborted, summary.message
+    lines = [json.loads(line) for line in (tmp_path / "journal.jsonl").read_text().splitlines()[1:]]
+    records = {r["task"]: r for r in lines}
+    assert len(lines) == len(records) == summary.recorded == len(tasks)
+
+    clean = {c["result"]["outcome"] for c in records["add|float32"]["cells"]}
+    assert clean == {"ok"}
+    for op, mode in FAULTS.items():
+        cells = [c for c in records[f"{op}|float32"]["cells"] if c["op"].startswith(f"aten.{op}")]
+        assert cells, op
+        outcomes = {c["result"]["outcome"] for c in cells}
+        assert outcomes == {OUTCOME[mode]}, (op, outcomes)
+        if mode in SIGNALS:
+            assert {c["result"]["error"]["signal"] for c in cells} == {SIGNALS[mode]}
+    assert set(summary.faults) == {"crashed", "oom", "poisoned", "hung"}
