@@ -45,7 +45,7 @@ class RuntimeSectionTest(unittest.TestCase):
 
     def test_merge_and_order(self) -> None:
         records = [
-            _record("fork_after_init", CheckResult.passed, evidence="child got: use spawn"),
+            _record("fork_after_init", CheckResult.passed, Runtime(capabilities={"fork_after_init": "rejected_with_error"})),
             _record("identity", CheckResult.passed, Runtime(
                 devices=[DeviceInfo(index=1, name="b", uuid="U1"), DeviceInfo(index=0, name="a", uuid="U0")],
                 capabilities={"driver": "2.3.1"})),

@@ -25,7 +25,7 @@ from .catalog import by_name
 from .children import describe_exit, run_forked
 from .context import NO_VALUE_DEVICES
 from .process import CASES, CaseEnv, device_type_of, no_runtime_verdict
-from .spec import Verdict, failed, unknown
+from .spec import Facts, Verdict, failed, unknown
 from .worker import emit, make_record
 
 __all__ = ["CASE_DEADLINE", "main", "run_cases"]
@@ -52,7 +52,7 @@ def _start(env: CaseEnv, name: str) -> _Running:
         try:
             verdict = CASES[name](env)
             payload = {"result": verdict.result.value, "evidence": verdict.evidence, "advice": verdict.advice,
-                       "via": verdict.via}
+                       "via": verdict.via, "capabilities": verdict.facts.capabilities}
         except BaseException as exc:  # noqa: BLE001 - the case process reports anything, then exits
             payload = {"result": "fail", "evidence": f"the case raised {type(exc).__name__}: {exc}"}
         try:
@@ -79,7 +79,8 @@ def _finish(run: _Running, status: int | None, deadline: float) -> Verdict:
         return failed(f"the case process ended ({describe_exit(code)}) without a result")
     from opmatrix.schema import CheckResult
 
-    return Verdict(CheckResult(payload["result"]), payload["evidence"], payload.get("advice"), payload.get("via"))
+    facts = Facts(capabilities=dict(payload.get("capabilities") or {}))
+    return Verdict(CheckResult(payload["result"]), payload["evidence"], payload.get("advice"), payload.get("via"), facts)
 
 
 def _preflight(env: CaseEnv) -> tuple[str | None, str | None]:
@@ -155,7 +156,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unknown cases: {', '.join(unknown_names)}; known: {', '.join(CASES)}")
     import torch  # noqa: F401 - imported once here so that every forked case starts with it loaded
 
-    run_cases(CaseEnv(args.backend, args.generation), names, args.jobs)
+    env = CaseEnv(args.backend, args.generation)
+    # constructing the adapter imports its package (as `opmatrix probe` does in its parent) but
+    # neither registers nor initialises the device: every case still starts uninitialised
+    env.adapter()
+    run_cases(env, names, args.jobs)
     return 0
 
 

@@ -22,7 +22,7 @@ from .casehost import CASE_DEADLINE
 from .catalog import CATALOG, by_name
 from .context import Probe
 from .discovery import check_driver, check_import
-from .spec import Verdict, failed
+from .spec import Facts, Verdict, failed
 from .worker import MARK, make_record, run_check, task_id
 
 __all__ = ["handle", "plan_runtime_tasks", "run_case_isolated"]
@@ -54,7 +54,8 @@ def run_case_isolated(spec: str, generation: str | None, name: str) -> Verdict:
         if line.startswith(MARK):
             rec = RuntimeRecord.model_validate(json.loads(line[len(MARK):])["record"])
             check = rec.check
-            return Verdict(check.result, check.evidence, check.advice, check.via)
+            facts = Facts(capabilities=dict(rec.runtime.capabilities)) if rec.runtime else Facts()
+            return Verdict(check.result, check.evidence, check.advice, check.via, facts)
     tail = " | ".join(done.stderr.strip().splitlines()[-3:])[-400:]
     return failed(f"the case host (exit {done.returncode}) reported nothing: {tail}")
 
@@ -78,10 +79,9 @@ def handle(
     progress(name)
     if spec.kind == "process":
         verdict = run_case_isolated(backend, generation, name)
-    elif name == "import":
-        verdict = check_import(ctx.adapter)
-    elif name == "driver":
-        verdict = check_driver(ctx.adapter)
+    elif name in ("import", "driver"):
+        verdict = check_import(ctx.adapter) if name == "import" else check_driver(ctx.adapter)
+        verdict.evidence += " (the runner's worker had set the backend up already)"
     else:
         probe = ctx.cache.get(_PROBE_KEY)
         if probe is None:

@@ -170,7 +170,6 @@ def runtime_from_records(records: Iterable[RuntimeRecord]) -> Runtime:
             claimed.update(str(d) for d in rec.runtime.claimed_dtypes)
             capabilities.update(rec.runtime.capabilities)
             apis.update({a.api: a for a in rec.runtime.apis})
-    capabilities.update(_fork_capability(checks))
     order = {s.name: i for i, s in enumerate(CATALOG)}
     return Runtime(
         devices=[devices[i] for i in sorted(devices)],
@@ -179,14 +178,6 @@ def runtime_from_records(records: Iterable[RuntimeRecord]) -> Runtime:
         checks=sorted(checks.values(), key=lambda c: (order.get(c.name, len(order)), c.name)),
         apis=sorted(apis.values(), key=lambda a: a.api),
     )
-
-
-def _fork_capability(checks: dict[str, RuntimeCheck]) -> dict[str, str]:
-    """A one-word summary of the fork rule the backend follows (for capability queries)."""
-    check = checks.get("fork_after_init")
-    if check is None or check.result.value != "pass":
-        return {}
-    return {"fork_after_init": "works" if check.evidence.startswith("fork-safe") else "rejected_with_error"}
 
 
 def collect_runtime(backend: str, generation: str | None = None,

@@ -127,10 +127,12 @@ def case_fork_after_init(env: CaseEnv) -> Verdict:
         if res.value != WORK_RESULT:
             return failed(f"child computed {res.value!r} instead of {WORK_RESULT}: corrupted state", advice)
         verdict = passed(f"fork-safe: the child computed {res.value} after the parent initialised")
+        verdict.facts.capabilities["fork_after_init"] = "works"
     elif res.status == "raised":
         if not FORK_CAUSE.search(res.message):
             return failed(f"child error does not name the cause (fork after initialisation): {res.message}", advice)
         verdict = passed(f"child got: {res.message}")
+        verdict.facts.capabilities["fork_after_init"] = "rejected_with_error"
     else:
         return failed(f"child {res.describe()}", advice)
     if parent:
