@@ -163,6 +163,17 @@ class GenerationTest(unittest.TestCase):
         self.assertTrue(all(d.name.startswith("RefAccel R1") for d in rt.devices))
 
 
+class PluginTest(unittest.TestCase):
+    """A ``package.module:attr`` adapter is probed like a built-in one (here: refaccel's own class)."""
+
+    def test_plugin_spec(self) -> None:
+        spec = "opmatrix.backend.refaccel.adapter:RefaccelAdapter"
+        names = ("import", "driver", "init_messages", "enumerate", "fork_after_init")
+        rt = runtime_of(spec, "g2", names)
+        self.assertEqual({c.name: c.result for c in rt.checks}, dict.fromkeys(names, PASS))
+        self.assertIn("import opmatrix.backend.refaccel", rt.check("import").evidence)
+
+
 class IsolationTest(unittest.TestCase):
     """A check that crashes or hangs the worker is blamed, and the following checks still run."""
 

@@ -266,9 +266,9 @@ def case_init_messages(env: CaseEnv) -> Verdict:
     """Each provokable initialisation failure names its own cause (driver version, busy, ...)."""
     from .discovery import initialise
 
-    modes = INIT_FAULT_MODES.get(env.spec.split(":", 1)[0], ())
+    adapter = env.adapter()  # constructing reads no driver state; the modes are keyed by adapter name
+    modes = INIT_FAULT_MODES.get(adapter.name, ())
     if not modes:
-        adapter = env.adapter()
         if device_type_of(adapter) in HOST_DEVICES:
             return not_applicable("the host has no driver to fail")
         return unknown(f"no way to provoke an initialisation failure of {env.spec} "
