@@ -51,6 +51,11 @@ class UsageTest(unittest.TestCase):
         self.assertEqual(done.stdout, "")
         self.assertIn("unknown backend 'refacel'; did you mean 'refaccel'?", done.stderr)
 
+    def test_unknown_generation(self) -> None:
+        done = run_cli("doctor", "--backend", "refaccel", "--generation", "g9")
+        self.assertEqual(done.returncode, 2)
+        self.assertIn("--backend refaccel --generation g9: unknown refaccel generation 'g9'", done.stderr)
+
     def test_bad_plugin(self) -> None:
         done = run_cli("doctor", "--backend", "no_such_pkg.mod:Adapter")
         self.assertEqual(done.returncode, 2)

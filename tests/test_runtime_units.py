@@ -26,6 +26,7 @@ class InitCauseTest(unittest.TestCase):
         "libcuda.so.1: cannot open shared object file": "missing_driver",
         "refaccel:0 is in reset (firmware recovery in progress)": "device_reset",
         "no CUDA-capable device is detected": "no_device",
+        "this torch build has no CUDA support (a CPU wheel)": "not_built",
         "initialisation failed (code 7)": "unnamed",
     }
 

@@ -92,19 +92,34 @@ def verdict_line(runtime: Runtime) -> str:
     return f"levels 0-1: pass ({tally}){note}"
 
 
-def doctor(args: argparse.Namespace) -> int:
-    """Run the level 0/1 checks against ``args.backend`` and print the table (or ``--json``)."""
-    from opmatrix.backend.registry import UnknownBackend, get_adapter
+def _validate(spec: str, generation: str | None) -> bool | None:
+    """Raise UsageError for a backend or generation that names nothing; the adapter's ``verified``.
+
+    A built-in name without ``--generation`` is valid as it is: the parent then imports neither
+    torch nor the backend (the checks run in child processes), which keeps doctor quick.
+    """
+    from opmatrix.backend.registry import BUILTIN, UnknownBackend, get_adapter
 
     from opmatrix.cli import UsageError
 
-    generation = getattr(args, "generation", None)
+    if spec in BUILTIN and generation is None:
+        verified = getattr(BUILTIN[spec], "verified", None)
+        return verified if isinstance(verified, bool) else None
     try:
-        adapter = get_adapter(args.backend, generation)
+        adapter = get_adapter(spec, generation)
+        if generation is not None:
+            adapter.versions()  # adapters that know generations reject an unknown one here
     except UnknownBackend as exc:
         raise UsageError(str(exc)) from None
     except ValueError as exc:
-        raise UsageError(f"--backend {args.backend} --generation {generation}: {exc}") from None
+        raise UsageError(f"--backend {spec} --generation {generation}: {exc}") from None
+    return bool(adapter.verified)
+
+
+def doctor(args: argparse.Namespace) -> int:
+    """Run the level 0/1 checks against ``args.backend`` and print the table (or ``--json``)."""
+    generation = getattr(args, "generation", None)
+    verified = _validate(args.backend, generation)
     start = time.monotonic()
     runtime = runtime_from_records(run_checks(args.backend, generation))
     seconds = time.monotonic() - start
@@ -114,9 +129,9 @@ def doctor(args: argparse.Namespace) -> int:
                    "seconds": round(seconds, 1), "runtime": runtime.model_dump(mode="json")}
         print(json.dumps(payload, indent=2, sort_keys=True))
         return code
-    verified = "" if adapter.verified else " (adapter unverified on real hardware)"
+    note = "" if verified is not False else " (adapter unverified on real hardware)"
     gen = f" {generation}" if generation else ""
-    title = (f"opmatrix doctor: {args.backend}{gen}{verified}: {len(runtime.checks)} level 0/1 checks "
+    title = (f"opmatrix doctor: {args.backend}{gen}{note}: {len(runtime.checks)} level 0/1 checks "
              f"in {seconds:.1f} s, in seeds/004 bring-up order")
     render(runtime, title, sys.stdout)
     return code

@@ -53,6 +53,11 @@ CAUSES: tuple[InitCause, ...] = (
         "install the driver / firmware package and check that the kernel module is loaded",
     ),
     InitCause(
+        "not_built", "this torch build lacks the backend",
+        r"not (built|compiled) with|build has no \w+ support|cpu wheel",
+        "install a torch build with this backend compiled in",
+    ),
+    InitCause(
         "no_device", "no device visible",
         r"no ([\w-]+ )?devices?\b|device count is 0|visible_devices",
         "no device is visible to this process: check the hardware, the container's device mapping and "
