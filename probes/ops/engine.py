@@ -178,6 +178,12 @@ def _classify(st: _State, overload: str, leaf_ops: list[str], seen: Any) -> tupl
     reg = observe.registration(observe.qualified(overload), key)
     if reg.backend:
         return ExecPath.native, [], None
+    if reg.shim is not None:
+        # a structured op: its generic wrapper only calls the out= overload on the backend
+        if reg.out_backend:
+            return ExecPath.native, [], f"served by the {reg.shim} kernel"
+        if st.backend_fallback:
+            return ExecPath.fallback, [reg.shim], f"{reg.shim} has no {key} kernel; served by the backend fallback"
     if reg.implicit or reg.explicit:
         for c in comps:
             creg = observe.registration(observe.qualified(c), key)

@@ -72,12 +72,19 @@ def overload_name(op: Any) -> str:
 
 
 class Registration:
-    """What the dispatcher has registered for one overload, for one backend key."""
+    """What the dispatcher has registered for one overload, for one backend key.
 
-    __slots__ = ("backend", "implicit", "explicit", "name")
+    ``shim`` is set for structured ops whose only generic kernel is the
+    ``CompositeExplicitAutogradNonFunctional`` wrapper around their ``out=`` overload: then
+    ``out_backend`` tells whether the backend has a kernel for that ``out=`` overload.
+    """
 
-    def __init__(self, name: str, backend: bool, implicit: bool, explicit: bool):
+    __slots__ = ("backend", "implicit", "explicit", "name", "shim", "out_backend")
+
+    def __init__(self, name: str, backend: bool, implicit: bool, explicit: bool,
+                 shim: str | None = None, out_backend: bool = False):
         self.name, self.backend, self.implicit, self.explicit = name, backend, implicit, explicit
+        self.shim, self.out_backend = shim, out_backend
 
     @property
     def composite(self) -> bool:
@@ -92,9 +99,33 @@ def registration(qualified: str, dispatch_key: str) -> Registration:
         backend = has(qualified, dispatch_key)
         implicit = has(qualified, "CompositeImplicitAutograd")
         explicit = any(has(qualified, k) for k in _COMPOSITE_KEYS)
+        nonfunctional = has(qualified, "CompositeExplicitAutogradNonFunctional")
     except RuntimeError:  # not an operator the dispatcher knows (e.g. a Python-only op)
         return Registration(qualified, False, False, False)
-    return Registration(qualified, backend, implicit, explicit)
+    shim = out_variant(qualified) if nonfunctional and not backend and not implicit else None
+    out_backend = bool(shim) and has(shim, dispatch_key)
+    return Registration(qualified, backend, implicit, explicit, shim, out_backend)
+
+
+def out_variant(qualified: str) -> str | None:
+    """The ``out=`` overload a structured functional overload delegates to (same inputs)."""
+    ns_op, _, overload = qualified.partition(".")
+    ns, _, name = ns_op.partition("::")
+    packet = getattr(getattr(torch.ops, ns, None), name, None)
+    if packet is None:
+        return None
+    try:
+        schema = getattr(packet, overload or "default")._schema
+    except AttributeError:
+        return None
+    inputs = [(a.name, str(a.type)) for a in schema.arguments]
+    for ov in packet.overloads():
+        cand = getattr(packet, ov)._schema
+        outs = [a for a in cand.arguments if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write]
+        rest = [(a.name, str(a.type)) for a in cand.arguments if a not in outs]
+        if outs and rest == inputs:
+            return f"{ns}::{name}" + ("" if ov == "default" else f".{ov}")
+    return None
 
 
 def qualified(name: str) -> str:

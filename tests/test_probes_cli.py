@@ -1,0 +1,120 @@
+"""``opmatrix probe`` end to end: refaccel paths, PrivateUse1 modules, plugin adapters, bad input."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from opmatrix.matrix import Matrix
+from opmatrix.schema import load_matrix
+
+from .conftest import ROOT, run_cli
+
+OPS = "softmax,add,mul,mm,sort,addcmul"
+DTYPES = "float32,bfloat16,float64"
+
+
+def _probe(out: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "opmatrix", "probe", *args, "--out", str(out), "--quiet", "--workers", "2"],
+        capture_output=True, text=True, cwd=ROOT, timeout=900, env={**os.environ, **(env or {})},
+    )
+
+
+@pytest.fixture(scope="module")
+def refaccel(tmp_path_factory):
+    """Both generations probed once over a small op set (no runtime checks: other tests do them)."""
+    out = {}
+    for gen in ("g1", "g2"):
+        d = tmp_path_factory.mktemp(f"refaccel-{gen}")
+        res = _probe(d, "--backend", "refaccel", "--generation", gen, "--ops", OPS, "--dtypes", DTYPES, "--no-runtime")
+        assert res.returncode == 0, res.stdout + res.stderr
+        out[gen] = Matrix.load(d / "matrix.yaml")
+    return out
+
+
+def _path(m: Matrix, op: str, dtype: str, rank: int, layout: str = "contiguous", mode: str = "eager", **args):
+    return str(m.query(op, dtype=dtype, rank=rank, layout=layout, mode=mode, args=args or None).path)
+
+
+def test_g2_shows_every_path_where_its_design_puts_it(refaccel):
+    g2 = refaccel["g2"]
+    assert _path(g2, "aten.mm.default", "float32", 2) == "native"
+    assert _path(g2, "aten.mm.default", "bfloat16", 2) == "native"
+    assert _path(g2, "aten.softmax.int", "float32", 3, dim=-1) == "native"
+    assert _path(g2, "aten.softmax.int", "float32", 3, dim=0) == "composite"
+    assert _path(g2, "aten.softmax.int", "float32", 3, "noncontiguous", dim=-1) == "composite"
+    assert _path(g2, "aten.softmax.int", "float64", 3, dim=-1) == "rejected"
+    assert _path(g2, "aten.sort.stable", "float32", 3) == "fallback"
+    assert _path(g2, "aten.addcmul.default", "float32", 2) == "rejected"
+    assert _path(g2, "aten.addcmul.default", "float32", 2, mode="compile") == "decomposed"
+    paths = {str(e.path) for entries in g2.model.operators.values() for e in entries}
+    assert paths == {"native", "composite", "decomposed", "fallback", "rejected"}
+
+
+def test_rejections_are_actionable(refaccel):
+    ans = refaccel["g2"].query("aten.add.Tensor", dtype="float64", rank=2, layout="contiguous")
+    assert str(ans.path) == "rejected" and ans.entry.error is not None and ans.entry.error.actionable
+
+
+def test_g1_differs_from_g2_in_bf16_and_carries_a_wrong_result(refaccel):
+    g1, g2 = refaccel["g1"], refaccel["g2"]
+    assert _path(g1, "aten.mm.default", "bfloat16", 2) != "native"
+    outcomes = {
+        str(e.outcome) for op, entries in g1.model.operators.items() for e in entries if "noncontiguous" in map(str, e.layouts)
+    }
+    assert "wrong" in outcomes
+    assert "wrong" not in {str(e.outcome) for entries in g2.model.operators.values() for e in entries}
+
+
+def test_privateuse1_module_is_probed_with_generic_signals(tmp_path):
+    vendor = tmp_path / "pkg"
+    vendor.mkdir()
+    (vendor / "vendor_backend.py").write_text(textwrap.dedent("""
+        # a vendor package that registers its PrivateUse1 device on import, as torch_npu does
+        import opmatrix.backend.refaccel as _r
+        _r.install("g2")
+    """))
+    out = tmp_path / "out"
+    env = {"PYTHONPATH": f"{vendor}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    res = _probe(out, "--backend", "privateuse1:vendor_backend", "--ops", "add,sort,softmax", "--dtypes", "float32",
+                 "--no-runtime", "--no-compile", env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    m = Matrix.load(out / "matrix.yaml")
+    assert m.model.backend.device_type == "refaccel" and m.model.backend.dispatch_key == "PrivateUse1"
+    assert _path(m, "aten.add.Tensor", "float32", 2) == "native"
+    # no adapter counter here: the boxed fallback is inferred from registrations, state unknown
+    sort = m.query("aten.sort.stable", dtype="float32", rank=3, layout="contiguous")
+    assert str(sort.path) == "fallback" and str(sort.entry.fallback.state) == "unknown"
+    assert _path(m, "aten.softmax.int", "float32", 3, dim=0) == "composite"
+
+
+def test_plugin_adapter_from_module_attr(tmp_path):
+    res = _probe(tmp_path, "--backend", "tests.example_adapter:HostAsDevice", "--ops", "add", "--dtypes", "float32",
+                 "--no-runtime", "--no-compile")
+    assert res.returncode == 0, res.stdout + res.stderr
+    m = load_matrix(tmp_path / "matrix.yaml")
+    assert m.backend.name == "host-as-device" and m.evidence.driver == "example-driver 1.0"
+    assert {str(e.path) for e in m.operators["aten.add.Tensor"]} == {"native"}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--backend", "refacel"], "unknown backend 'refacel'; did you mean 'refaccel'?"),
+        (["--backend", "cpu", "--ops", "sofmax"], "--ops: 'sofmax' matches no OpInfo; did you mean softmax"),
+        (["--backend", "cpu", "--dtypes", "float23"], "--dtypes: unknown value 'float23'; did you mean 'float32'?"),
+        (["--backend", "cpu", "--layouts", "strided"], "--layouts: unknown value 'strided'"),
+        (["--backend", "nope.module:Thing"], "cannot import 'nope.module'"),
+    ],
+)
+def test_bad_input_exits_2_naming_what(tmp_path, args, message):
+    res = run_cli("probe", *args, "--out", str(tmp_path / "o"))
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert message in res.stderr
+    assert not (tmp_path / "o").exists()
