@@ -36,34 +36,41 @@ CASE_DEADLINE = 90.0
 
 @dataclass
 class _Running:
-    name: str
+    names: list[str]
     pid: int
     fd: int
     start: float
     data: bytes = b""
 
 
-def _start(env: CaseEnv, name: str) -> _Running:
+def _payload(verdict: Verdict) -> dict[str, object]:
+    return {"result": verdict.result.value, "evidence": verdict.evidence, "advice": verdict.advice,
+            "via": verdict.via, "capabilities": verdict.facts.capabilities}
+
+
+def _start(env: CaseEnv, names: list[str]) -> _Running:
+    """Fork a case process that runs the case function deciding ``names`` (one function)."""
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(read_fd)
         os.setpgid(0, 0)
         try:
-            verdict = CASES[name](env)
-            payload = {"result": verdict.result.value, "evidence": verdict.evidence, "advice": verdict.advice,
-                       "via": verdict.via, "capabilities": verdict.facts.capabilities}
+            found = CASES[names[0]](env)
+            verdicts = found if isinstance(found, dict) else {names[0]: found}
+            payload = {name: _payload(v) for name, v in verdicts.items()}
         except BaseException as exc:  # noqa: BLE001 - the case process reports anything, then exits
-            payload = {"result": "fail", "evidence": f"the case raised {type(exc).__name__}: {exc}"}
+            raised = failed(f"the case raised {type(exc).__name__}: {exc}")
+            payload = {name: _payload(raised) for name in names}
         try:
             os.write(write_fd, json.dumps(payload).encode())
         finally:
             os._exit(0)
     os.close(write_fd)
-    return _Running(name, pid, read_fd, time.monotonic())
+    return _Running(names, pid, read_fd, time.monotonic())
 
 
-def _finish(run: _Running, status: int | None, deadline: float) -> Verdict:
+def _finish(run: _Running, status: int | None, deadline: float) -> dict[str, Verdict]:
     os.close(run.fd)
     try:
         os.killpg(run.pid, signal.SIGKILL)  # stragglers the case left behind (its own group only)
@@ -71,16 +78,20 @@ def _finish(run: _Running, status: int | None, deadline: float) -> Verdict:
         pass
     if status is None:
         os.waitpid(run.pid, 0)
-        return failed(f"the case did not finish within {deadline:.0f} s (hung; killed)")
+        return dict.fromkeys(run.names, failed(f"the case did not finish within {deadline:.0f} s (hung; killed)"))
     code = os.waitstatus_to_exitcode(status)
     try:
         payload = json.loads(run.data.decode())
     except ValueError:
-        return failed(f"the case process ended ({describe_exit(code)}) without a result")
+        return dict.fromkeys(run.names, failed(f"the case process ended ({describe_exit(code)}) without a result"))
     from opmatrix.schema import CheckResult
 
-    facts = Facts(capabilities=dict(payload.get("capabilities") or {}))
-    return Verdict(CheckResult(payload["result"]), payload["evidence"], payload.get("advice"), payload.get("via"), facts)
+    out = {}
+    for name in run.names:
+        item = payload.get(name) or {"result": "fail", "evidence": "the case reported no verdict for this check"}
+        facts = Facts(capabilities=dict(item.get("capabilities") or {}))
+        out[name] = Verdict(CheckResult(item["result"]), item["evidence"], item.get("advice"), item.get("via"), facts)
+    return out
 
 
 def _preflight(env: CaseEnv) -> tuple[str | None, str | None]:
@@ -112,10 +123,14 @@ def run_cases(env: CaseEnv, names: Sequence[str], jobs: int = 2, deadline: float
             emit({"event": "done", "record": make_record(by_name(name), verdict).model_dump(mode="json")})
         else:
             pending.append(name)
+    groups: dict[object, list[str]] = {}
+    for name in pending:  # checks decided by one case function run in one process
+        groups.setdefault(CASES[name], []).append(name)
+    queue = list(groups.values())
     running: list[_Running] = []
-    while pending or running:
-        while pending and len(running) < max(1, jobs):
-            running.append(_start(env, pending.pop(0)))
+    while queue or running:
+        while queue and len(running) < max(1, jobs):
+            running.append(_start(env, queue.pop(0)))
         fds = [r.fd for r in running]
         ready, _, _ = select.select(fds, [], [], 0.1)
         for run in list(running):
@@ -127,9 +142,10 @@ def run_cases(env: CaseEnv, names: Sequence[str], jobs: int = 2, deadline: float
             if done or late:
                 if done:
                     run.data += _drain(run.fd)
-                verdict = _finish(run, status if done else None, deadline)
+                verdicts = _finish(run, status if done else None, deadline)
                 running.remove(run)
-                emit({"event": "done", "record": make_record(by_name(run.name), verdict).model_dump(mode="json")})
+                for name, verdict in verdicts.items():
+                    emit({"event": "done", "record": make_record(by_name(name), verdict).model_dump(mode="json")})
 
 
 def _drain(fd: int) -> bytes:

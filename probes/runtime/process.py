@@ -141,8 +141,8 @@ def case_fork_after_init(env: CaseEnv) -> Verdict:
     return verdict
 
 
-def _started_case(env: CaseEnv, method: str) -> Verdict:
-    adapter = env.initialise()
+def _started_case(env: CaseEnv, method: str, adapter: Any = None) -> Verdict:
+    adapter = adapter or env.initialise()
     devices = adapter.devices()
     uuid = devices[0].uuid if devices else None
     res = run_started(method, env.spec, env.generation, CHILD_DEADLINE)
@@ -161,9 +161,31 @@ def case_spawn(env: CaseEnv) -> Verdict:
     return _started_case(env, "spawn")
 
 
-def case_forkserver(env: CaseEnv) -> Verdict:
-    """A forkserver child of an initialised parent initialises and computes."""
-    return _started_case(env, "forkserver")
+def case_forkserver(env: CaseEnv) -> dict[str, Verdict]:
+    """forkserver children of an initialised parent; one server serves both checks.
+
+    ``forkserver``: a child initialises and computes. ``parent_continues``: then one child dies
+    of SIGSEGV and one exits cleanly, and the parent's tensors and device must be unaffected.
+    """
+    import torch
+
+    adapter = env.initialise()
+    want = torch.arange(1024, dtype=torch.float32) * 3
+    kept = want.to(adapter.device())
+    first = _started_case(env, "forkserver", adapter)
+    crashed = run_started("forkserver", env.spec, env.generation, CHILD_DEADLINE, mode="crash")
+    clean = run_started("forkserver", env.spec, env.generation, CHILD_DEADLINE)
+    problems = []
+    if crashed.code != -signal.SIGSEGV:
+        problems.append(f"crashing child {crashed.describe()}")
+    problems += [p for p in (_child_ok(clean, "clean child"),) if p]
+    if not torch.equal(kept.cpu(), want):
+        problems.append("a tensor the parent held changed while the children ran")
+    problems += [p for p in (_parent_after(env, adapter),) if p]
+    continues = failed("; ".join(problems)) if problems else passed(
+        f"forkserver children: one {describe_exit(crashed.code)}, one exited 0; the parent's tensor kept its "
+        "values and new work computed")
+    return {"forkserver": first, "parent_continues": continues}
 
 
 def case_repeated_children(env: CaseEnv) -> Verdict:
@@ -207,27 +229,6 @@ def case_child_exit(env: CaseEnv) -> Verdict:
     if problem:
         return failed(problem, "the backend's exit hooks must let a process leave cleanly")
     return passed(f"child initialised, computed, ran its exit hooks and exited 0 in {res.seconds:.2f} s")
-
-
-def case_parent_continues(env: CaseEnv) -> Verdict:
-    """After one child crashed and one exited, the parent's tensors and device still work."""
-    import torch
-
-    adapter = env.initialise()
-    kept = torch.arange(1024, dtype=torch.float32, device=adapter.device()) * 3
-    crashed = run_started("forkserver", env.spec, env.generation, CHILD_DEADLINE, mode="crash")
-    clean = run_started("forkserver", env.spec, env.generation, CHILD_DEADLINE)
-    problems = []
-    if crashed.code != -signal.SIGSEGV:
-        problems.append(f"crashing child {crashed.describe()}")
-    problems += [p for p in (_child_ok(clean, "clean child"),) if p]
-    if not torch.equal(kept.cpu(), torch.arange(1024, dtype=torch.float32) * 3):
-        problems.append("a tensor the parent held changed while the children ran")
-    problems += [p for p in (_parent_after(env, adapter),) if p]
-    if problems:
-        return failed("; ".join(problems))
-    return passed(f"forkserver children: one {describe_exit(crashed.code)}, one exited 0; the parent's tensor kept its values "
-                  "and new work computed")
 
 
 class SquaresDataset:
@@ -298,8 +299,9 @@ def case_init_messages(env: CaseEnv) -> Verdict:
     return passed("; ".join(seen))
 
 
-#: case name (= check name) -> case function
-CASES: dict[str, Callable[[CaseEnv], Verdict]] = {
+#: check name -> the case function that decides it (one function may decide several checks: it
+#: then returns {check name: verdict} and runs once for all of them)
+CASES: dict[str, Callable[[CaseEnv], Verdict | dict[str, Verdict]]] = {
     "init_messages": case_init_messages,
     "fork_before_init": case_fork_before_init,
     "fork_after_init": case_fork_after_init,
@@ -308,7 +310,7 @@ CASES: dict[str, Callable[[CaseEnv], Verdict]] = {
     "repeated_children": case_repeated_children,
     "child_crash": case_child_crash,
     "child_exit": case_child_exit,
-    "parent_continues": case_parent_continues,
+    "parent_continues": case_forkserver,
     "dataloader_spawn": case_dataloader_spawn,
 }
 
