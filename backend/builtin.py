@@ -118,10 +118,11 @@ class CudaAdapter(Adapter):
 
         driver = None
         with contextlib.suppress(Exception):
-            driver = str(torch._C._cuda_getDriverVersion())
+            driver = str(torch._C._cuda_getDriverVersion())  # type: ignore[attr-defined]
         cap = None
         with contextlib.suppress(Exception):
-            cap = "sm_%d%d" % torch.cuda.get_device_capability(self.device_index)
+            major, minor = torch.cuda.get_device_capability(self.device_index)
+            cap = f"sm_{major}{minor}"
         return {
             "driver": driver,
             "firmware": None,

@@ -63,11 +63,11 @@ def get_adapter(spec: str, generation: str | None = None, device_index: int = 0)
     if ":" in spec:
         module_name, _, attr = spec.partition(":")
         try:
-            module = importlib.import_module(module_name)
+            plugin = importlib.import_module(module_name)
         except ImportError as exc:
             raise UnknownBackend(f"--backend {spec!r}: cannot import {module_name!r}: {exc}") from None
         try:
-            factory = getattr(module, attr)
+            factory = getattr(plugin, attr)
         except AttributeError:
             raise UnknownBackend(f"--backend {spec!r}: module {module_name!r} has no attribute {attr!r}") from None
         adapter = factory(generation, device_index) if isinstance(factory, type) or callable(factory) else factory

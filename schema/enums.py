@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import enum
 
-
 _RANKS: dict[type, dict[object, int]] = {}
 
 

@@ -325,7 +325,7 @@ def model_to_data(model: BaseModel) -> dict[str, Any]:
     """Plain data for a model: JSON types, defaults left out (``schema_version`` kept)."""
     data = model.model_dump(mode="json", exclude_defaults=True)
     if "schema_version" in type(model).model_fields:
-        data = {"schema_version": getattr(model, "schema_version"), **data}
+        data = {"schema_version": model.schema_version, **data}  # type: ignore[attr-defined]
     return data  # type: ignore[no-any-return]
 
 
@@ -336,7 +336,7 @@ def _represent_list(dumper: Any, data: list[Any]) -> Any:
 
 
 def _make_dumper(base: type) -> type:
-    dumper = type("OpmatrixDumper", (base,), {})
+    dumper: Any = type("OpmatrixDumper", (base,), {})
     dumper.add_representer(list, _represent_list)
     return dumper
 

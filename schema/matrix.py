@@ -239,7 +239,7 @@ class Entry(CellResult):
 class Matrix(Model):
     """A backend's support matrix: identity, evidence, runtime data and operator entries."""
 
-    schema_version: Literal[1] = SCHEMA_VERSION
+    schema_version: Literal[1] = 1
     backend: BackendId
     evidence: Evidence
     runtime: Runtime = Field(default_factory=Runtime)

@@ -116,12 +116,12 @@ def resize_(self: torch.Tensor, size: Sequence[int], memory_format: Any = None) 
     need = memory.storage_bytes(size, stride, self.element_size()) + self.storage_offset() * self.element_size()
     storage = self.untyped_storage()
     if need > storage.nbytes():
-        grown = memory.allocate(need, self.dtype, self.device.index or 0).untyped_storage()
+        grown = memory.allocate(int(need), self.dtype, self.device.index or 0).untyped_storage()
         old = storage.nbytes()
         if old:
             memory.host_bytes(grown)[:old].copy_(memory.host_bytes(storage))
         storage = grown
-    return memory.set_geometry(self, storage, self.storage_offset(), size, stride)
+    return memory.set_geometry(self, storage, int(self.storage_offset()), size, stride)
 
 
 def _meta_view(op: Any) -> Any:
@@ -148,7 +148,7 @@ def set_storage_only(self: torch.Tensor, source: Any) -> torch.Tensor:
 
 def set_tensor(self: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
     """``set_(tensor)``: share ``source``'s storage and geometry."""
-    return memory.set_geometry(self, source.untyped_storage(), source.storage_offset(), source.size(), source.stride())
+    return memory.set_geometry(self, source.untyped_storage(), int(source.storage_offset()), source.size(), source.stride())
 
 
 def set_empty(self: torch.Tensor) -> torch.Tensor:

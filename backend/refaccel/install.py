@@ -40,7 +40,7 @@ class _Hooks(torch._C._acc.PrivateUse1Hooks):
 class _Guard(torch._C._acc.DeviceGuard):
     """The Python device guard (torch 2.13 implements only ``type_``; no streams)."""
 
-    def type_(self) -> torch._C._autograd.DeviceType:
+    def type_(self) -> torch._C._autograd.DeviceType:  # type: ignore[override]
         return torch._C._autograd.DeviceType.PrivateUse1
 
 

@@ -13,7 +13,6 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from opmatrix.schema.conditions import ALWAYS_RECORDED
 from opmatrix.schema import (
     Autograd,
     CellRecord,
@@ -29,6 +28,7 @@ from opmatrix.schema import (
     ReferenceKind,
     Samples,
 )
+from opmatrix.schema.conditions import ALWAYS_RECORDED
 
 __all__ = ["SampleResult", "cells_from_samples"]
 

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-
 from opmatrix.backend import Adapter
 from opmatrix.schema import (
     TENSOR,
@@ -503,7 +502,8 @@ def _units(st: _State, entry: OpEntry, samples: list[Any], opts: ProbeOptions) -
         overload0 = _overload_of(st, entry, first)
         bases = [(str(i), first)]
         for k, v in enumerate(_arg_variants(overload0, first)):
-            key = (observe.signature_of(v), tuple(primary_tensor(v).shape), repr(v[1:]))
+            shape = tuple(primary_tensor(v).shape)  # type: ignore[union-attr]
+            key = (observe.signature_of(v), shape, repr(v[1:]))
             if key not in seen_dims:
                 seen_dims.add(key)
                 bases.append((f"{i}.{k + 1}", v))

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-
 from opmatrix.schema import Layout
 
 __all__ = ["Variant", "make_variant", "to_device", "transform_sample"]
@@ -35,7 +34,8 @@ class Variant:
 
 def _strided_base(view: torch.Tensor) -> Variant:
     """A variant whose base is the view's storage as a flat contiguous tensor."""
-    flat = torch.empty(0, dtype=view.dtype).set_(view.untyped_storage(), 0, (view.untyped_storage().nbytes() // view.element_size(),))
+    numel = view.untyped_storage().nbytes() // view.element_size()
+    flat = torch.empty(0, dtype=view.dtype).set_(view.untyped_storage(), 0, (numel,), (1,))
     return Variant(flat, view)
 
 

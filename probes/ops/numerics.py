@@ -89,7 +89,7 @@ def compare(actual: Any, expected: Any, rtol: float, atol: float, *, values: boo
         return Comparison(False, detail=f"{len(a_leaves)} outputs, reference has {len(e_leaves)}")
     max_abs = 0.0
     max_rel = 0.0
-    for i, (a, e) in enumerate(zip(a_leaves, e_leaves)):
+    for i, (a, e) in enumerate(zip(a_leaves, e_leaves, strict=True)):
         if isinstance(e, torch.Tensor):
             if not isinstance(a, torch.Tensor):
                 return Comparison(False, detail=f"output {i} is {type(a).__name__}, expected a tensor")

@@ -103,7 +103,7 @@ def registration(qualified: str, dispatch_key: str) -> Registration:
     except RuntimeError:  # not an operator the dispatcher knows (e.g. a Python-only op)
         return Registration(qualified, False, False, False)
     shim = out_variant(qualified) if nonfunctional and not backend and not implicit else None
-    out_backend = bool(shim) and has(shim, dispatch_key)
+    out_backend = shim is not None and bool(has(shim, dispatch_key))
     return Registration(qualified, backend, implicit, explicit, shim, out_backend)
 
 
