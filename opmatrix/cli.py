@@ -66,7 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="output directory (default out/<backend>[-<generation>])")
     p.add_argument("--runtime-only", action="store_true", help="run only the level 0/1 runtime checks")
     p.add_argument("--no-runtime", action="store_true", help="skip the runtime checks")
-    p.add_argument("--no-compile", action="store_true", help="skip compile-mode probes")
+    p.add_argument("--no-compile", action="store_true", help="skip compile-mode probes (same as --compile off)")
+    p.add_argument("--compile", choices=["off", "auto", "all"], default="auto",
+                   help="compile-mode probes: auto = cells unavailable in eager, plus compiled == eager for one "
+                   "sample per op at float32; all = that check at every dtype (default auto)")
     p.add_argument("--max-restarts", type=int, help="abort after this many worker replacements")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 

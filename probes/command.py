@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
 import platform
 import shlex
 import sys
@@ -146,7 +145,7 @@ def probe(args: argparse.Namespace) -> int:
             entries = select_ops(args.ops)
         except UnknownOp as exc:
             raise _usage(str(exc)) from None
-        options: dict[str, Any] = {"compile": "off" if args.no_compile else "auto"}
+        options: dict[str, Any] = {"compile": "off" if args.no_compile else args.compile}
         if layouts:
             options["layouts"] = layouts
         tasks = plan_op_tasks([e.full_name for e in entries], dtypes, options)

@@ -51,7 +51,10 @@ class ProbeOptions:
 
     layouts: tuple[Layout, ...] = tuple(Layout)
     autograd: bool = True
-    compile: str = "auto"  # auto: retry eager-unavailable cells compiled; all: also compiled==eager; off
+    #: off | auto (eager-unavailable cells, plus compiled == eager for one sample per op at
+    #: ``representative_dtype``) | all (that check at every dtype)
+    compile: str = "auto"
+    representative_dtype: str = "float32"
     max_samples: int | None = None
     autograd_per_cell: int = 2
     retry_wrong: bool = True
@@ -552,6 +555,7 @@ def probe_task(adapter_or_ctx: Any, source: str, dtype_name: str, *, options: Ma
     results: list[SampleResult] = []
     autograd_budget: dict[Any, int] = {}
     compile_done: dict[Any, bool] = {}
+    representative_done = False
     invalid = 0
     for unit in _units(st, entry, samples, opts):
         try:
@@ -568,9 +572,13 @@ def probe_task(adapter_or_ctx: Any, source: str, dtype_name: str, *, options: Ma
             progress(uid)
         eager = _probe_eager(st, entry, unit, dtype, opts, ref, autograd_budget)
         results.append(eager)
-        want_compile = opts.compile != "off" and unit.layout is Layout.contiguous and (
-            (eager.path is ExecPath.rejected and eager.outcome is Outcome.ok) or opts.compile == "all"
+        unavailable = eager.path is ExecPath.rejected and eager.outcome is Outcome.ok
+        representative = (
+            not representative_done and eager.outcome is Outcome.ok and not unavailable
+            and (opts.compile == "all" or (opts.compile == "auto" and dtype_name == opts.representative_dtype))
         )
+        want_compile = opts.compile != "off" and unit.layout is Layout.contiguous and (unavailable or representative)
+        representative_done = representative_done or (want_compile and representative)
         ckey = (unit.overload, unit.rank)
         if want_compile and not compile_done.get(ckey):
             cid = f"{unit.index}/{unit.layout.value}/compile"
