@@ -40,11 +40,12 @@ def naive(ops: list[str], dtypes: list[str]) -> dict[str, float]:
     """Probe every (op, dtype) in this process, one after the other."""
     t0 = time.monotonic()
     from opmatrix.backend import get_adapter
-    from opmatrix.probes.ops.engine import probe_task
 
     adapter = get_adapter("cpu")
     adapter.setup()
-    t1 = time.monotonic()
+    t1 = time.monotonic()  # what a worker has done when it reports ready; it imports the engine later
+    from opmatrix.probes.ops.engine import probe_task
+
     cells = 0
     for op, dtype in _plan(ops, dtypes):
         cells += len(probe_task(adapter, op, dtype, options=OPTIONS).cells)

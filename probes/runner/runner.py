@@ -232,8 +232,9 @@ class _Run:
             if self.summary.restarts >= self.max_restarts:
                 raise _Aborted(
                     f"stopped after {self.summary.restarts} worker restarts (the cap; --max-restarts): "
-                    f"the backend faults on nearly every probe. Last fault in {self.path.name}'s task "
-                    f"{handle.job.task.id if handle.job else '?'}; worker logs in {self.out_dir / 'workers'}"
+                    f"the backend faults on nearly every probe (last: task "
+                    f"{handle.job.task.id if handle.job else '?'}, unit {handle.unit}); "
+                    f"worker logs in {self.out_dir / 'workers'}"
                 )
             self.summary.restarts += 1
 
