@@ -257,7 +257,7 @@ def _profiler(probe: Probe) -> Entry:
         name = "PrivateUse1"
     activity = getattr(torch.profiler.ProfilerActivity, name, None) if name else None
     supported = torch.profiler.supported_activities()
-    if activity is None or activity not in supported:
+    if name is None or activity is None or activity not in supported:
         listed = ", ".join(sorted(a.name for a in supported))
         detail = f"no supported ProfilerActivity for {probe.device_type} (supported: {listed})"
         return ApiCoverage(api=api, service=ApiService.none, detail=detail), None, None

@@ -11,8 +11,13 @@ repeated initialisation. ``doctor`` prints them in this order; the matrix keeps 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from . import claims, discovery, memory, state, streams, tensors
-from .spec import CheckSpec
+from .context import Probe
+from .spec import CheckSpec, Verdict
+
+Check = Callable[[Probe], Verdict]
 
 __all__ = ["CATALOG", "STAGES", "by_name"]
 
@@ -27,8 +32,8 @@ STAGES = {
 }
 
 
-def _w(name: str, level: int, stage: int, title: str, advice: str, run: object = None) -> CheckSpec:
-    return CheckSpec(name, level, stage, title, "worker", advice, run)  # type: ignore[arg-type]
+def _w(name: str, level: int, stage: int, title: str, advice: str, run: Check | None = None) -> CheckSpec:
+    return CheckSpec(name, level, stage, title, "worker", advice, run)
 
 
 def _p(name: str, level: int, title: str, advice: str) -> CheckSpec:

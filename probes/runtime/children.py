@@ -166,7 +166,7 @@ def run_started(method: str, spec: str, generation: str | None, deadline: float,
     """Start a ``method`` (spawn / forkserver) child running :func:`child_main`; wait for it."""
     import multiprocessing as mp
 
-    ctx = mp.get_context(method)
+    ctx: Any = mp.get_context(method)
     if method == "forkserver":
         ctx.set_forkserver_preload(["torch"])
     recv, send = ctx.Pipe(duplex=False)

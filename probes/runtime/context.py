@@ -34,18 +34,29 @@ class Probe:
     adapter: Adapter
     spec: str
     generation: str | None = None
-    claimed: list[str] | None = None
-    claim_via: str | None = None
+    _claim: tuple[list[str] | None, str | None] | None = field(default=None, repr=False)
     _apis: dict[str, tuple[ApiCoverage, Callable[..., Any] | None, str | None]] | None = field(
         default=None, repr=False
     )
 
     @classmethod
     def from_adapter(cls, adapter: Adapter, spec: str, generation: str | None = None) -> Probe:
-        """A probe over an adapter whose ``setup()`` already ran in this process."""
-        probe = cls(adapter=adapter, spec=spec, generation=generation)
-        probe.claimed, probe.claim_via = probe._read_claim()
-        return probe
+        """A probe over an adapter whose ``setup()`` already ran in this process (nothing is queried yet)."""
+        return cls(adapter=adapter, spec=spec, generation=generation)
+
+    @property
+    def claimed(self) -> list[str] | None:
+        """Dtype names the runtime claims (None: it claims nothing), read on first use."""
+        if self._claim is None:
+            self._claim = self._read_claim()
+        return self._claim[0]
+
+    @property
+    def claim_via(self) -> str | None:
+        """Where the claim came from."""
+        if self._claim is None:
+            self._claim = self._read_claim()
+        return self._claim[1]
 
     # -- device ------------------------------------------------------------------------------
 

@@ -104,7 +104,7 @@ def case_fork_before_init(env: CaseEnv) -> Verdict:
         before = bool(initialised()) if callable(initialised) else None
         n = count()
         discovery = f"device_count() {n} before initialisation"
-        if before is False and initialised():
+        if before is False and callable(initialised) and initialised():
             return failed(f"device_count() initialised the runtime: a later fork is unsafe ({discovery})",
                           "make device discovery fork-safe: counting devices must not initialise the runtime")
         if before is False:
@@ -251,7 +251,8 @@ def case_dataloader_spawn(env: CaseEnv) -> Verdict:
     from torch.utils.data import DataLoader
 
     adapter = env.initialise()
-    loader = DataLoader(SquaresDataset(8), batch_size=2, num_workers=2, multiprocessing_context="spawn",
+    dataset: Any = SquaresDataset(8)  # map-style: __len__ + __getitem__, no torch import at module level
+    loader: DataLoader[Any] = DataLoader(dataset, batch_size=2, num_workers=2, multiprocessing_context="spawn",
                         timeout=CHILD_DEADLINE)
     total = 0.0
     for batch in loader:

@@ -51,7 +51,7 @@ def check_serialization(probe: Probe) -> Verdict:
         except (*NOT_SERVED, pickle.UnpicklingError, EOFError) as exc:
             problems.append(f"map_location={target}: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}")
             continue
-        want_type = dev.type if target is dev else "cpu"
+        want_type = "cpu" if isinstance(target, str) else target.type
         for name, host in hosts.items():
             got = loaded[name]
             if got.device.type != want_type or not same_values(got.cpu(), host):
