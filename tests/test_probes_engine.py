@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from opmatrix.backend import get_adapter
 from opmatrix.probes.ops.cells import SampleResult, cells_from_samples
 from opmatrix.probes.ops.engine import probe_task
@@ -80,7 +79,7 @@ def test_cpu_add_is_native_and_matches_itself(cpu):
 
 def test_cpu_softmax_alias_is_native_through_the_softmax_kernel(cpu):
     rec = probe_task(cpu, "softmax", "float32")
-    cells = _cells(rec, op="aten.softmax.int")
+    cells = [c for c in _cells(rec, op="aten.softmax.int") if c.mode is Mode.eager]
     # softmax.int is CompositeImplicitAutograd, but one native kernel (_softmax) did all the work
     assert cells and all(c.result.path is ExecPath.native for c in cells)
     assert all(c.result.note == "served by the aten._softmax.default kernel" for c in cells)
@@ -91,6 +90,14 @@ def test_cpu_softmax_alias_is_native_through_the_softmax_kernel(cpu):
 def test_cpu_softmax_with_dtype_records_the_dtype_condition(cpu):
     rec = probe_task(cpu, "softmax.with_dtype", "float32")
     assert rec.cells and all(c.result.conditions.get("dtype") == "float64" for c in rec.cells)
+
+
+def test_one_representative_sample_per_op_is_compiled_and_matches_eager(cpu):
+    rec = probe_task(cpu, "add", "float32")
+    compiled = [c for c in rec.cells if c.mode is Mode.compile]
+    assert len(compiled) == 1 and compiled[0].result.outcome is Outcome.ok
+    assert compiled[0].result.path is ExecPath.native
+    assert not [c for c in probe_task(cpu, "add", "int64").cells if c.mode is Mode.compile]
 
 
 def test_int_dtype_compares_exactly_and_float_upcast_for_half(cpu):
