@@ -189,6 +189,13 @@ class IsolationTest(unittest.TestCase):
         self.assertIn("hung: no result within 15 s", hung.check("rng").evidence)
         self.assertIs(hung.check("stream_order").result, PASS)
 
+    def test_poisoned_device_gets_a_new_worker(self) -> None:
+        with mock.patch.dict(os.environ, {"OPMATRIX_REFACCEL_FAULT": "poison:aten::uniform_"}):
+            rt = runtime_from_records(run_checks("refaccel", None, ["rng", "stream_order"]))
+        self.assertIs(rt.check("rng").result, FAIL)
+        self.assertIn("the device was unusable afterwards (refaccel context poisoned", rt.check("rng").evidence)
+        self.assertIs(rt.check("stream_order").result, PASS)
+
 
 if __name__ == "__main__":
     unittest.main()

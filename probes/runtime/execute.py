@@ -12,14 +12,14 @@ suite. Records arrive as they finish; the result is in catalog (bring-up) order:
 from __future__ import annotations
 
 import os
-import selectors
+import select
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import IO
+from typing import IO, Any
 
 from opmatrix.schema import ApiCoverage, DeviceInfo, Runtime, RuntimeCheck, RuntimeRecord
 from opmatrix.schema.enums import DTYPES
@@ -27,7 +27,7 @@ from opmatrix.schema.enums import DTYPES
 from .catalog import CATALOG, by_name
 from .children import describe_exit
 from .spec import Verdict, failed, unknown
-from .worker import MARK, make_record
+from .worker import MARK, POISONED_EXIT, make_record
 
 __all__ = ["CHECK_DEADLINE", "collect_runtime", "run_checks", "runtime_from_records"]
 
@@ -72,6 +72,37 @@ def _lines(child: _Child, chunk: bytes) -> list[str]:
     return [ln.decode(errors="replace")[len(MARK):] for ln in lines if ln.startswith(MARK.encode())]
 
 
+def _consume(child: _Child, chunk: bytes, record: Callable[[RuntimeRecord], None]) -> None:
+    """Apply the protocol lines in ``chunk``: a start announces the check now running."""
+    import json
+
+    for line in _lines(child, chunk):
+        event = json.loads(line)
+        if event["event"] == "start":
+            child.current, child.since = event["check"], time.monotonic()
+            continue
+        rec = RuntimeRecord.model_validate(event["record"])
+        record(rec)
+        child.current = None
+        if rec.check.name in child.todo:
+            child.todo.remove(rec.check.name)
+
+
+def _drain(child: _Child, record: Callable[[RuntimeRecord], None]) -> None:
+    """Read what an exited child still had in its pipe (bounded: a straggler may hold it open)."""
+    stdout = child.proc.stdout
+    assert stdout is not None
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([stdout], [], [], 0.1)
+        if not ready:
+            continue
+        chunk = os.read(stdout.fileno(), 65536)
+        if not chunk:
+            return
+        _consume(child, chunk, record)
+
+
 def run_checks(
     spec: str,
     generation: str | None = None,
@@ -80,8 +111,6 @@ def run_checks(
     check_deadline: float = CHECK_DEADLINE,
 ) -> list[RuntimeRecord]:
     """Run the named checks (default: all) against backend ``spec``; records in catalog order."""
-    import json
-
     wanted = [s for s in CATALOG if names is None or s.name in set(names)]
     records: dict[str, RuntimeRecord] = {}
 
@@ -97,26 +126,13 @@ def run_checks(
         children.append(_launch("worker", spec, generation, worker_names))
     if case_names:
         children.append(_launch("process", spec, generation, case_names))
-    sel = selectors.DefaultSelector()
-    for child in children:
-        sel.register(child.proc.stdout, selectors.EVENT_READ, child)  # type: ignore[arg-type]
     restarts = 0
     while children:
-        for key, _ in sel.select(timeout=0.2):
-            child = key.data
-            chunk = os.read(key.fileobj.fileno(), 65536)  # type: ignore[union-attr]
-            for line in _lines(child, chunk):
-                event = json.loads(line)
-                if event["event"] == "start":
-                    child.current, child.since = event["check"], time.monotonic()
-                else:
-                    rec = RuntimeRecord.model_validate(event["record"])
-                    record(rec)
-                    child.current = None
-                    if rec.check.name in child.todo:
-                        child.todo.remove(rec.check.name)
-            if not chunk:
-                sel.unregister(key.fileobj)
+        streams: dict[Any, _Child] = {child.proc.stdout: child for child in children}
+        ready, _, _ = select.select(list(streams), [], [], 0.2)
+        for stream in ready:
+            child = streams[stream]
+            _consume(child, os.read(stream.fileno(), 65536), record)  # type: ignore[union-attr]
         for child in list(children):
             limit = check_deadline if child.kind == "worker" else 300.0
             hung = child.current is not None and time.monotonic() - child.since > limit
@@ -125,26 +141,26 @@ def run_checks(
             if hung:
                 child.proc.kill()
             child.proc.wait()
-            try:
-                sel.unregister(child.proc.stdout)  # type: ignore[arg-type]
-            except (KeyError, ValueError):
-                pass
+            if not hung:
+                _drain(child, record)
             children.remove(child)
             if not child.todo:
                 continue
-            blamed = child.current or child.todo[0]
-            if hung:
-                verdict = failed(f"hung: no result within {limit:.0f} s (the worker was killed)")
+            rest = list(child.todo)
+            if child.proc.returncode == POISONED_EXIT and child.current is None:
+                pass  # the worker reported the check that poisoned it and asked to be replaced
             else:
-                verdict = failed(f"crashed: the {child.kind} process ended ({describe_exit(child.proc.returncode)}) "
-                                 f"during this check; stderr: {child.stderr_tail()}")
-            record(make_record(by_name(blamed), verdict))
-            rest = [n for n in child.todo if n != blamed]
+                blamed = child.current or child.todo[0]
+                if hung:
+                    verdict = failed(f"hung: no result within {limit:.0f} s (the worker was killed)")
+                else:
+                    verdict = failed(f"crashed: the {child.kind} process ended ({describe_exit(child.proc.returncode)})"
+                                     f" during this check; stderr: {child.stderr_tail()}")
+                record(make_record(by_name(blamed), verdict))
+                rest.remove(blamed)
             if rest and child.kind == "worker" and restarts < MAX_RESTARTS:
                 restarts += 1
-                new = _launch("worker", spec, generation, rest)
-                children.append(new)
-                sel.register(new.proc.stdout, selectors.EVENT_READ, new)  # type: ignore[arg-type]
+                children.append(_launch("worker", spec, generation, rest))
             else:
                 for name in rest:
                     record(make_record(by_name(name), _given_up(child.kind)))

@@ -25,9 +25,11 @@ from .context import Probe
 from .discovery import bootstrap
 from .spec import CheckSpec, Verdict, failed, unknown
 
-__all__ = ["MARK", "emit", "main", "run_check", "task_id"]
+__all__ = ["MARK", "POISONED_EXIT", "emit", "main", "run_check", "task_id"]
 
 MARK = "@@opmatrix "
+#: exit status of a worker whose device a check left unusable (its record was already written)
+POISONED_EXIT = 75
 
 
 def task_id(name: str) -> str:
@@ -89,7 +91,12 @@ def run_worker(
                               "fix the import / driver check first")
         else:
             verdict = run_check(spec, probe)
+        problem = probe.adapter.health_check() if probe is not None and verdict.result.value == "fail" else None
+        if problem is not None:
+            verdict.evidence += f"; the device was unusable afterwards ({problem})"
         emit({"event": "done", "record": make_record(spec, verdict, key).model_dump(mode="json")})
+        if problem is not None:
+            sys.exit(POISONED_EXIT)  # every later check would fail for this one's fault: start afresh
 
 
 def main(argv: Sequence[str] | None = None) -> int:
