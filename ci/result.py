@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import enum
 
-from opmatrix.schema import DType, ExecPath, Layout, Mode, OperatorRequirement, Outcome, WaiverMatch
 from pydantic import BaseModel, ConfigDict, Field
+
+from opmatrix.schema import DType, ExecPath, Layout, Mode, OperatorRequirement, Outcome, WaiverMatch
 
 __all__ = [
     "BaselineChange",

@@ -22,9 +22,10 @@ import json
 import os
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from opmatrix.schema import Matrix as MatrixModel
 from opmatrix.schema import load_matrix, loads_yaml, validate_data, write_text_atomic
-from pydantic import ValidationError
 
 __all__ = ["cache_dir", "load_matrix_cached"]
 

@@ -21,6 +21,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from opmatrix.cli import UsageError
 from opmatrix.schema import (
     TENSOR,
     ArtifactError,
@@ -33,8 +34,6 @@ from opmatrix.schema import (
     model_to_data,
     write_text_atomic,
 )
-
-from opmatrix.cli import UsageError
 
 from .build import build_matrix
 from .diff import diff_matrices

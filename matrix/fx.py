@@ -24,8 +24,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import torch
-from opmatrix.schema import TENSOR, ExecPath
 from torch.fx.passes.operator_support import OperatorSupportBase
+
+from opmatrix.schema import TENSOR, ExecPath
 
 from .answer import Answer
 from .query import parse_mode

@@ -21,8 +21,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TypeAlias
 
-from opmatrix.schema import ArtifactError, JournalHeader, Outcome, RuntimeRecord, TaskRecord
 from pydantic import TypeAdapter, ValidationError
+
+from opmatrix.schema import ArtifactError, JournalHeader, Outcome, RuntimeRecord, TaskRecord
 
 __all__ = ["Record", "dumps_records", "merge_records", "read_journal"]
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import jinja2
 from markupsafe import Markup
+
 from opmatrix.schema import ExecPath, Matrix
 from opmatrix.schema.conditions import describe
 

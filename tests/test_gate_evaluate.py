@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import yaml
+
 from opmatrix.ci import CellStatus, GateResult, Status, Verdict, evaluate_contract
 from opmatrix.schema import Contract, LevelRequirement, OperatorRequirement, RankRange, ToleranceOverride
 

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from opmatrix.matrix.journal import dumps_records
-from opmatrix.schema import JournalHeader, dump_model, load_matrix
 
 from opmatrix.cli import main
+from opmatrix.matrix.journal import dumps_records
+from opmatrix.schema import JournalHeader, dump_model, load_matrix
 
 from .conftest import run_cli
 from .test_matrix_records import EVIDENCE, cells, softmax_records, task

@@ -6,6 +6,7 @@ from collections import Counter
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from opmatrix.matrix.compress import Box, compress_cells, cover
 from opmatrix.schema import DType, Layout, Mode
 

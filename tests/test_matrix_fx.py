@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from opmatrix.matrix import Matrix, build_matrix
-from opmatrix.matrix.fx import layout_of, node_args
 from torch import nn
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+
+from opmatrix.matrix import Matrix, build_matrix
+from opmatrix.matrix.fx import layout_of, node_args
 
 from .test_matrix_records import BACKEND, EVIDENCE, cells, task
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from opmatrix.matrix import UNKNOWN, Matrix, UnknownOperatorError, build_matrix
 from opmatrix.matrix.cache import cache_dir
 from opmatrix.schema import ArtifactError, DType, ExecPath, Layout, Outcome, load_matrix

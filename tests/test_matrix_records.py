@@ -8,6 +8,7 @@ import random
 from pathlib import Path
 
 import pytest
+
 from opmatrix.matrix import build_matrix, merge_records, read_journal
 from opmatrix.matrix.journal import dumps_records
 from opmatrix.schema import (

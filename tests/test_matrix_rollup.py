@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+
 from opmatrix.matrix.rollup import RESULT_KEY_FIELDS, aggregate, normalise, result_key, rollup
 from opmatrix.schema import Autograd, CellResult, ErrorInfo, ExecPath, FallbackEvidence, Outcome, Samples
 

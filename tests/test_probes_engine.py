@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from opmatrix.backend import get_adapter
 from opmatrix.probes.ops.cells import SampleResult, cells_from_samples
 from opmatrix.probes.ops.engine import probe_task

@@ -14,10 +14,11 @@ import textwrap
 import unittest
 from typing import Any
 
-import opmatrix.backend.refaccel as refaccel
 import torch
-from opmatrix.backend import get_adapter
 from torch.utils._python_dispatch import TorchDispatchMode
+
+import opmatrix.backend.refaccel as refaccel
+from opmatrix.backend import get_adapter
 
 refaccel.install()
 _G2 = refaccel.installed_generation() == "g2"

@@ -11,8 +11,9 @@ import textwrap
 import time
 import unittest
 
-import opmatrix.backend.refaccel as refaccel
 import torch
+
+import opmatrix.backend.refaccel as refaccel
 from opmatrix.backend import get_adapter
 
 refaccel.install()

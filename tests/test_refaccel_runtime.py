@@ -7,8 +7,9 @@ import threading
 import time
 import unittest
 
-import opmatrix.backend.refaccel as refaccel
 import torch
+
+import opmatrix.backend.refaccel as refaccel
 
 refaccel.install()
 MiB = 1 << 20

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import unittest
 
-import opmatrix.backend.refaccel as refaccel
 import torch
+
+import opmatrix.backend.refaccel as refaccel
 
 refaccel.install()
 

@@ -8,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+
 from opmatrix.reports import render_site
 from opmatrix.reports.gate import gate_view
 from opmatrix.reports.names import page_names

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from opmatrix.reports import render_site
 from opmatrix.reports.gate import gate_view
 from opmatrix.reports.names import page_names
