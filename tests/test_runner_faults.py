@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+
 from opmatrix.probes.runner import Skip, Task, WorkerPoisoned, fault_record, run
 from opmatrix.probes.runner.pool import last_words
-
 from tests.runner_handlers import HANDLERS, make_tasks
 
 

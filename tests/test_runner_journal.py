@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
+
 from opmatrix.probes.runner import run
 from opmatrix.probes.runner.journal import Journal, open_for_resume
 from opmatrix.probes.runner.worker import code_hash
-
 from tests.runner_handlers import HANDLERS, make_tasks
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 
 import pytest
+
 from opmatrix.probes.runner.progress import Progress, count_record
 
 

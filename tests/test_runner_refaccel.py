@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from opmatrix.probes.runner import Task, run
 
 pytestmark = pytest.mark.slow

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from opmatrix.matrix.build import build_matrix
 from opmatrix.matrix.journal import merge_records, read_journal
 from opmatrix.probes.runner import Task, parse_shard, run, select_shard
 from opmatrix.schema import BackendId, Evidence
-
 from tests.runner_handlers import HANDLERS, make_tasks
 
 

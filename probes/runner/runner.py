@@ -276,9 +276,8 @@ class _Run:
         """The journal's first line: the run, the backend identity, and the evidence block for merge."""
         import platform
 
-        from opmatrix.schema import Evidence, JournalHeader
-
         from opmatrix import __version__
+        from opmatrix.schema import Evidence, JournalHeader
 
         started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         versions = identity.get("versions") or {}

@@ -116,6 +116,7 @@ def code_hash(modules: Iterable[str]) -> str:
 def _setup(slot: int, spec: WorkerSpec) -> tuple[WorkerContext, dict[str, Any]]:
     """Import torch, build and set up the adapter; returns the context and the evidence identity."""
     import torch
+
     from opmatrix.backend.registry import get_adapter
 
     if spec.threads:
