@@ -161,9 +161,7 @@ def probe(args: argparse.Namespace) -> int:
         timeout=args.timeout, resume=args.resume, devices=devices, shard=shard, max_restarts=args.max_restarts,
         options={"op_source_hash": source.hash if source else ""}, progress=not args.quiet, command=command,
     )
-    if summary.interrupted:
-        print(f"interrupted: {summary.recorded} of {summary.planned} tasks recorded in {out / 'journal.jsonl'}; "
-              f"continue with the same command plus --resume", file=sys.stderr)
+    if summary.interrupted:  # the runner has said how many are recorded and how to resume
         return 130
 
     from opmatrix.matrix.build import build_matrix
