@@ -153,3 +153,20 @@ def test_paths_no_feature_separates_are_marked_mixed_with_counts():
     (cell,) = cells_from_samples([a, b], "float32")
     assert cell.result.mixed and cell.result.path is ExecPath.fallback
     assert cell.result.samples.by_path == {ExecPath.native: 1, ExecPath.fallback: 1}
+
+
+def test_a_sample_composed_in_python_is_keyed_by_its_opinfo_not_its_first_op(cpu):
+    rec = probe_task(cpu, "nn.functional.normalize", "float32", options={"compile": "off"})
+    ops = {c.op for c in rec.cells}
+    assert "opinfo.nn.functional.normalize" in ops
+    assert "aten.linalg_vector_norm.default" not in ops
+    cell = next(c for c in rec.cells if c.op == "opinfo.nn.functional.normalize")
+    assert cell.result.path is ExecPath.composite and "aten.div.Tensor" in cell.result.components
+
+
+def test_an_output_of_the_wrong_dtype_is_wrong_even_if_the_values_match():
+    from opmatrix.probes.ops.engine import _judge, _Reference
+
+    ref = _Reference(same=torch.ones(3, dtype=torch.float16), upcast=torch.ones(3, dtype=torch.float32))
+    ok, (res, *_rest) = _judge(ref, torch.ones(3, dtype=torch.float64), "aten.x.default", torch.float16, True)
+    assert not ok and "dtype float64, reference float16" in res.detail

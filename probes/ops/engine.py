@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
 from opmatrix.backend import Adapter
 from opmatrix.schema import (
     TENSOR,
@@ -39,7 +40,7 @@ from opmatrix.schema import (
 from . import observe
 from .cells import SampleResult, cells_from_samples
 from .layouts import Variant, primary_tensor, to_device, transform_sample
-from .numerics import compare, tolerance_for, upcast_dtype, values_comparable
+from .numerics import Comparison, compare, dtype_mismatch, tolerance_for, upcast_dtype, values_comparable
 from .source import OpEntry, all_ops, generate_samples
 
 __all__ = ["ProbeOptions", "handle", "probe_task", "task_id"]
@@ -175,8 +176,15 @@ def _classify(st: _State, overload: str, leaf_ops: list[str], seen: Any) -> tupl
     """Path of a call that completed, its component ops, and a note."""
     key = st.adapter.dispatch_key
     comps = [op for op in dict.fromkeys(leaf_ops) if op not in observe.TRIVIAL_OPS and op != overload]
+    moved = [op for op in dict.fromkeys(leaf_ops) if op in observe.DATA_MOVEMENT]
     if seen.state is FallbackState.observed:
         return ExecPath.fallback, comps, None
+    for c in [*comps, *moved]:
+        creg = observe.registration(observe.qualified(c), key)
+        if not creg.backend and not creg.composite and creg.shim is None and st.backend_fallback:
+            return ExecPath.fallback, comps, f"component {c} has no {key} kernel (served by the backend fallback)"
+    if overload.startswith("opinfo."):
+        return ExecPath.composite, comps, "composed in Python from several ATen ops"
     reg = observe.registration(observe.qualified(overload), key)
     if reg.backend:
         return ExecPath.native, [], None
@@ -187,18 +195,14 @@ def _classify(st: _State, overload: str, leaf_ops: list[str], seen: Any) -> tupl
         if st.backend_fallback:
             return ExecPath.fallback, [reg.shim], f"{reg.shim} has no {key} kernel; served by the backend fallback"
     if reg.implicit or reg.explicit:
-        for c in comps:
-            creg = observe.registration(observe.qualified(c), key)
-            if not creg.backend and not creg.composite and st.backend_fallback:
-                return ExecPath.fallback, comps, f"component {c} has no {key} kernel (served by the backend fallback)"
         if reg.implicit and len(comps) == 1 and observe.registration(observe.qualified(comps[0]), key).backend:
             # softmax.int -> _softmax: the composite is a thin alias and one native kernel did the work
-            return ExecPath.native, [], f"served by the {comps[0]} kernel"
+            return ExecPath.native, comps, f"served by the {comps[0]} kernel"
         note = None if reg.implicit else "CompositeExplicitAutograd kernel"
         return ExecPath.composite, comps, note
     if st.backend_fallback:
         return ExecPath.fallback, comps, f"no {key} kernel; served by the backend's boxed fallback"
-    return ExecPath.native, [], f"no kernel registered under {key}; ran through another key"
+    return ExecPath.native, [], f"no kernel registered under {key} or a composite key; it ran, so another key served it"
 
 
 @dataclass
@@ -221,6 +225,9 @@ def _reference(fn: Callable[..., Any], cpu_values: Any, dtype: torch.dtype) -> _
 def _judge(ref: _Reference, out: Any, op: str, dtype: torch.dtype, comparable: bool) -> tuple[bool, Any]:
     rtol, atol = tolerance_for(op, dtype)
     kind = ReferenceKind.cpu_same_dtype
+    wrong_dtype = dtype_mismatch(out, ref.same)
+    if wrong_dtype is not None:  # the upcast reference compares values only, never dtypes
+        return False, (Comparison(False, detail=wrong_dtype), rtol, atol, kind)
     res = compare(out, ref.same, rtol, atol, values=comparable)
     if ref.upcast is not None:
         up = compare(out, ref.upcast, rtol, atol, values=comparable)
@@ -286,11 +293,12 @@ def _run_device(st: _State, fn: Callable[..., Any], values: Any, record: bool = 
 def _fault_from_exception(st: _State, unit_id: str, exc: BaseException) -> Outcome | None:
     """For an exception that is not a clean rejection: OOM/error, or raise if the device broke."""
     verdict = st.adapter.classify_exception(exc)
-    if verdict.outcome == "rejected":
-        return None
+    # a clean rejection leaves the device usable: check that too (design.md, "rejected")
     problem = st.adapter.health_check()
     if problem is not None:
         raise _poisoned_error(unit_id, f"device unusable after {type(exc).__name__}: {problem}")
+    if verdict.outcome == "rejected":
+        return None
     return Outcome.oom if verdict.outcome == "oom" else Outcome.error
 
 
@@ -331,7 +339,7 @@ def _probe_eager(st: _State, entry: OpEntry, unit: _Unit, dtype: torch.dtype, op
     key = (unit.overload, unit.rank, unit.layout)
     if opts.autograd and _differentiable(entry, dtype) and autograd_budget.get(key, 0) < opts.autograd_per_cell:
         autograd_budget[key] = autograd_budget.get(key, 0) + 1
-        result.autograd = _probe_backward(st, fn, unit, dtype, path, dname)
+        result.autograd = _probe_backward(st, fn, unit, dtype)
     return result
 
 
@@ -351,7 +359,8 @@ def _grad_inputs(values: Any, dtype: torch.dtype) -> tuple[Any, list[torch.Tenso
     return _map(values, leaf), leaves
 
 
-def _backward(fn: Callable[..., Any], values: Any, dtype: torch.dtype) -> list[Any] | None:
+def _backward(fn: Callable[..., Any], values: Any, dtype: torch.dtype, recorder: Any = None) -> list[Any] | None:
+    """Gradients of ``fn`` at ``values``; ``recorder`` (a context, if given) wraps only the backward."""
     vals, leaves = _grad_inputs(values, dtype)
     if not leaves:
         return None
@@ -363,12 +372,34 @@ def _backward(fn: Callable[..., Any], values: Any, dtype: torch.dtype) -> list[A
     gen = torch.Generator().manual_seed(1)
     grads = [torch.randn(o.shape, generator=gen, dtype=torch.float32).to(o.dtype).to(o.device) if not o.is_complex()
              else torch.randn(o.shape, generator=gen, dtype=o.dtype).to(o.device) for o in outs]
-    res = torch.autograd.grad(outs, leaves, grads, allow_unused=True)
+    with recorder if recorder is not None else contextlib.nullcontext():
+        res = torch.autograd.grad(outs, leaves, grads, allow_unused=True)
     return [_to_cpu(r) for r in res]
 
 
-def _probe_backward(st: _State, fn: Callable[..., Any], unit: _Unit, dtype: torch.dtype, fwd: ExecPath,
-                    dname: str) -> Autograd | None:
+def _backward_path(st: _State, names: list[str], seen: Any) -> ExecPath:
+    """Path of a backward pass from the aten ops the profiler saw it run (observed, not inferred).
+
+    The profiler (not a TorchDispatchMode) because backward runs on the autograd engine's device
+    threads. Its names carry no overload: an op counts as native when some overload of it has a
+    kernel for the backend key, as fallback when none has and the backend's boxed fallback served it.
+    """
+    if seen.state is FallbackState.observed:
+        return ExecPath.fallback
+    key = st.adapter.dispatch_key
+    trivial = {_event_name(t) for t in observe.TRIVIAL_OPS - observe.DATA_MOVEMENT}
+    for name in dict.fromkeys(names):
+        if not name.startswith("aten::") or name in trivial:
+            continue
+        regs = [observe.registration(q, key) for q in observe.overloads_of(name)]
+        if not regs or any(r.backend or r.composite for r in regs):
+            continue
+        if st.backend_fallback:
+            return ExecPath.fallback
+    return ExecPath.native
+
+
+def _probe_backward(st: _State, fn: Callable[..., Any], unit: _Unit, dtype: torch.dtype) -> Autograd | None:
     try:
         expected = _backward(fn, unit.cpu_values, dtype)
     except Exception:  # noqa: BLE001 - no CPU reference gradient: nothing to compare
@@ -376,14 +407,15 @@ def _probe_backward(st: _State, fn: Callable[..., Any], unit: _Unit, dtype: torc
     if expected is None:
         return None
     unit_id = f"{unit.index}/{unit.layout.value}/backward"
+    prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
     try:
         with st.adapter.observe_fallback() as seen:
-            got = _backward(fn, _device_values(unit, st.adapter.device()), dtype)
+            got = _backward(fn, _device_values(unit, st.adapter.device()), dtype, prof)
         st.adapter.synchronize()
     except Exception as exc:  # noqa: BLE001 - classified narrowly just below
         fault = _fault_from_exception(st, unit_id, exc)
         return Autograd(path=ExecPath.rejected, outcome=fault or Outcome.ok)
-    path = ExecPath.fallback if seen.state is FallbackState.observed else max(fwd, ExecPath.native)
+    path = _backward_path(st, [e.name for e in prof.events()], seen)
     if got is None:
         return Autograd(path=path, outcome=Outcome.wrong)
     if st.adapter.device_type == "meta":
@@ -392,6 +424,12 @@ def _probe_backward(st: _State, fn: Callable[..., Any], unit: _Unit, dtype: torc
     cmp = compare(got, expected, rtol * 10, atol * 10)
     return Autograd(path=path, outcome=Outcome.ok if cmp.ok else Outcome.wrong,
                     max_abs_err=float(f"{cmp.max_abs:.3g}") if cmp.max_abs is not None else None)
+
+
+def _event_name(overload: str) -> str:
+    """Profiler name of an overload: ``aten.add.Tensor`` -> ``aten::add``."""
+    parts = overload.split(".")
+    return f"{parts[0]}::{parts[1]}" if len(parts) >= 2 else overload
 
 
 def _probe_compile(st: _State, entry: OpEntry, unit: _Unit, dtype: torch.dtype, ref: _Reference,
@@ -411,20 +449,30 @@ def _probe_compile(st: _State, entry: OpEntry, unit: _Unit, dtype: torch.dtype, 
     compiled = torch.compile(lambda i, *a, **k: fn(i, *a, **k), backend=backend, dynamic=False)
     unit_id = f"{unit.index}/{unit.layout.value}/compile"
     try:
-        # no dispatch mode here: an active TorchDispatchMode makes dynamo run the frame eagerly
-        out, _, seen = _run_device(st, compiled, _device_values(unit, st.adapter.device()), False)
+        # no dispatch mode here (an active TorchDispatchMode makes dynamo run the frame eagerly):
+        # compile once, then observe one execution of the compiled graph with the profiler
+        _run_device(st, compiled, _device_values(unit, st.adapter.device()), False)
+        values = _device_values(unit, st.adapter.device())
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            out, _, seen = _run_device(st, compiled, values, False)
     except Exception as exc:  # noqa: BLE001 - classified narrowly just below
         root = _root_cause(exc)
         fault = _fault_from_exception(st, unit_id, root)
         result.error = _error_info(root, unit.overload, st.adapter.device_type, dname)
         result.outcome = fault or Outcome.ok
         return result
+    trivial = {_event_name(t) for t in observe.TRIVIAL_OPS}
+    ran = sorted({e.name for e in prof.events() if e.name.startswith("aten::") and e.name not in trivial})
+    kept = {_event_name(unit.overload), *(_event_name(c) for c in (eager.components if eager.path is ExecPath.native else []))}
     if seen.state is FallbackState.observed:
         result.path = ExecPath.fallback
-    elif eager.path is ExecPath.rejected:
+    elif eager.path is ExecPath.rejected or not kept & set(ran):
+        # the compiled graph ran other ops than the one called: the compiler decomposed it
         result.path = ExecPath.decomposed
+        result.components = [f"{n}" for n in ran if _event_name(unit.overload) != n][:24]
     else:
-        result.path = eager.path
+        result.path = eager.path if eager.path is not ExecPath.rejected else ExecPath.native
+        result.note = "the compiled graph ran the op itself"
     result.fallback, result.fallback_ops, result.fallback_source = seen.state, list(seen.ops), seen.source
     comparable = st.adapter.device_type != "meta" and values_comparable(unit.overload)
     ok, (res, rtol, atol, kind) = _judge(ref, out, unit.overload, dtype, comparable)
@@ -453,7 +501,7 @@ def _overload_of(st: _State, entry: OpEntry, values: Any) -> str:
                 pass
             calls = rec.ops
         st.overloads.put(key, calls)
-    return observe.primary_overload(calls) or f"opinfo.{entry.full_name}"
+    return observe.primary_overload(calls) or f"opinfo.{entry.full_name}"  # several ops: the OpInfo itself
 
 
 def _dim_position(overload: str, values: Any) -> tuple[str, Any] | None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
 from opmatrix.schema import Layout
 
 __all__ = ["Variant", "make_variant", "to_device", "transform_sample"]

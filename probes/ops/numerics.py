@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import yaml
 
-__all__ = ["Comparison", "compare", "tolerance_for", "upcast_dtype", "values_comparable"]
+__all__ = ["Comparison", "compare", "dtype_mismatch", "tolerance_for", "upcast_dtype", "values_comparable"]
 
 _LOW_PRECISION = {torch.float16: torch.float32, torch.bfloat16: torch.float32, torch.complex32: torch.complex64}
 
@@ -80,6 +80,14 @@ def _leaves(obj: Any) -> list[Any]:
     if isinstance(obj, torch.Size):
         return [tuple(obj)]
     return [obj]
+
+
+def dtype_mismatch(actual: Any, expected: Any) -> str | None:
+    """Where the device's output dtypes differ from the same-dtype reference's, if anywhere."""
+    for i, (a, e) in enumerate(zip(_leaves(actual), _leaves(expected), strict=False)):
+        if isinstance(a, torch.Tensor) and isinstance(e, torch.Tensor) and a.dtype != e.dtype:
+            return f"output {i} dtype {str(a.dtype).removeprefix('torch.')}, reference {str(e.dtype).removeprefix('torch.')}"
+    return None
 
 
 def compare(actual: Any, expected: Any, rtol: float, atol: float, *, values: bool = True) -> Comparison:

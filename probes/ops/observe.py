@@ -55,7 +55,16 @@ TRIVIAL_OPS = frozenset(
         "aten._conj.default", "aten._neg_view.default", "aten.resolve_conj.default", "aten.resolve_neg.default",
         "aten.to.dtype", "aten.to.device", "aten.to.dtype_layout", "aten.type_as.default", "aten.expand_as.default",
         "aten.view_as.default", "aten.reshape_as.default", "aten.flatten.using_ints", "aten.movedim.int",
-        "aten.numpy_T.default", "aten.mT.default", "aten.unsafe_split.Tensor", "aten.index_put_.default",
+        "aten.numpy_T.default", "aten.mT.default", "aten.unsafe_split.Tensor",
+    }
+)
+#: trivial ops that still move or write data: never a reason to call a call composite, but a
+#: host fallback through them is a fallback
+DATA_MOVEMENT = frozenset(
+    {
+        "aten.clone.default", "aten.contiguous.default", "aten.copy_.default", "aten._copy_from.default",
+        "aten._copy_from_and_resize.default", "aten._to_copy.default", "aten.fill_.Scalar", "aten.zero_.default",
+        "aten.empty.memory_format", "aten.empty_strided.default", "aten.zeros.default", "aten.full.default",
     }
 )
 #: a host scalar read: copying a scalar to the host is not a compute fallback
@@ -105,6 +114,16 @@ def registration(qualified: str, dispatch_key: str) -> Registration:
     shim = out_variant(qualified) if nonfunctional and not backend and not implicit else None
     out_backend = shim is not None and bool(has(shim, dispatch_key))
     return Registration(qualified, backend, implicit, explicit, shim, out_backend)
+
+
+@functools.lru_cache(maxsize=4096)
+def overloads_of(profiler_name: str) -> tuple[str, ...]:
+    """Every qualified overload of a profiler op name (``aten::add`` -> ``aten::add.Tensor``, ...)."""
+    ns, _, name = profiler_name.partition("::")
+    packet = getattr(getattr(torch.ops, ns, None), name, None)
+    if packet is None or not hasattr(packet, "overloads"):
+        return ()
+    return tuple(f"{ns}::{name}" + ("" if ov == "default" else f".{ov}") for ov in packet.overloads())
 
 
 def out_variant(qualified: str) -> str | None:
@@ -227,10 +246,16 @@ def top_level_overloads(fn: Any, values: Any) -> list[str]:
 
 
 def primary_overload(calls: list[str]) -> str | None:
-    """The overload that names a sample's cell: the first call that is not a trivial op."""
-    for name in calls:
-        if name not in TRIVIAL_OPS:
-            return name
+    """The overload that names a sample's cell, or None when the sample calls several ops.
+
+    A sample whose function is composed in Python (``nn.functional.normalize`` calls
+    ``linalg_vector_norm``, ``clamp_min`` and ``div``) is not evidence about any one of them.
+    """
+    real = list(dict.fromkeys(name for name in calls if name not in TRIVIAL_OPS))
+    if len(real) > 1:
+        return None
+    if real:
+        return real[0]
     return calls[0] if calls else None
 
 
