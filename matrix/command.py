@@ -21,7 +21,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from opmatrix.cli import UsageError
+from opmatrix.schema import UsageError
 from opmatrix.schema import (
     TENSOR,
     ArtifactError,

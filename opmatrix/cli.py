@@ -33,8 +33,7 @@ HANDLERS: dict[str, str] = {
 }
 
 
-class UsageError(Exception):
-    """Invalid input named by the user (unknown backend, unknown op ...): exit 2, one message."""
+from opmatrix.schema.io import UsageError  # noqa: E402 - re-exported: handlers raise it for exit 2
 
 
 def _csv(text: str) -> list[str]:
@@ -183,6 +182,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(handler(args))
     except (ArtifactError, UsageError) as exc:
         print(str(exc), file=sys.stderr)
+        return 2
+    except OSError as exc:  # an unwritable --out / --junit, a path that is a folder ...
+        where = f" {exc.filename!r}" if exc.filename else ""
+        print(f"opmatrix {args.verb}: cannot use{where}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("opmatrix: interrupted", file=sys.stderr)

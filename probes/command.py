@@ -27,7 +27,7 @@ _PROCESS_FAULTS = ("crashed", "hung", "poisoned")
 
 
 def _usage(message: str) -> Exception:
-    from opmatrix.cli import UsageError
+    from opmatrix.schema import UsageError
 
     return UsageError(message)
 
@@ -83,13 +83,30 @@ def _identity(adapter: Any) -> BackendId:
     return adapter.identity()  # type: ignore[no-any-return]
 
 
-def _evidence(adapter: Any, command: str, started: str, source: OpSource | None) -> Evidence:
+def _worker_evidence(records: list[Any]) -> Evidence | None:
+    """The evidence a worker recorded in the journal header (versions seen on the device side)."""
+    from opmatrix.schema import JournalHeader
+
+    return next((r.evidence for r in records if isinstance(r, JournalHeader) and r.evidence is not None), None)
+
+
+def _shard_of(tasks: list[Any], shard: tuple[int, int]) -> list[Any]:
+    from opmatrix.probes.runner import select_shard
+
+    return list(select_shard(tasks, *shard))
+
+
+def _evidence(adapter: Any, command: str, started: str, source: OpSource | None,
+              worker: Evidence | None = None) -> Evidence:
     import torch
 
-    try:
-        versions = adapter.versions()
-    except Exception as exc:  # noqa: BLE001 - versions are evidence, not a reason to fail the run
-        versions = {"backend_version": f"unknown ({type(exc).__name__})"}
+    if worker is not None:  # versions as the workers saw them: the parent never initialises the device
+        versions = {k: getattr(worker, k) for k in ("driver", "firmware", "isa", "stepping", "backend_version")}
+    else:
+        try:
+            versions = adapter.versions()
+        except Exception as exc:  # noqa: BLE001 - versions are evidence, not a reason to fail the run
+            versions = {"backend_version": f"unknown ({type(exc).__name__})"}
     return Evidence(
         opmatrix_version=metadata.version("opmatrix"),
         torch_version=torch.__version__,
@@ -131,6 +148,10 @@ def probe(args: argparse.Namespace) -> int:
         raise _usage("--workers: must be at least 1")
     if args.timeout is not None and args.timeout <= 0:
         raise _usage("--timeout: must be positive")
+    if args.devices and not all(d.isdigit() for d in args.devices):
+        raise _usage(f"--devices: expected device indices like 0,1, got {','.join(args.devices)!r}")
+    if args.max_restarts is not None and args.max_restarts < 0:
+        raise _usage("--max-restarts: must be 0 or more")
     devices = [int(d) for d in args.devices] if args.devices else None
     out = Path(args.out or f"out/{args.backend.replace(':', '_')}{'-' + args.generation if args.generation else ''}")
     command = "opmatrix " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else "opmatrix probe"
@@ -168,7 +189,14 @@ def probe(args: argparse.Namespace) -> int:
     from opmatrix.matrix.journal import read_journal
 
     records = read_journal(out / "journal.jsonl")
-    matrix = build_matrix(records, backend=identity, evidence=_evidence(adapter, command, started, source))
+    evidence = _evidence(adapter, command, started, source, _worker_evidence(records))
+    matrix = build_matrix(records, backend=identity, evidence=evidence)
+    recorded = {getattr(r, "task", None) for r in records}
+    planned = {t.id for t in tasks} if shard is None else {t.id for t in _shard_of(tasks, shard)}
+    missing = sorted(planned - recorded)
+    if missing:  # an aborted run: what was planned but never ran is said, not silently absent
+        why = f"not run: the run aborted ({summary.message})" if summary.aborted else "not run"
+        matrix = matrix.model_copy(update={"skipped": {**matrix.skipped, **{m: why for m in missing}}})
     dump_model(matrix, out / "matrix.yaml", command=command)
     faults = {k: v for k, v in sorted(summary.faults.items()) if v}
     paths = ", ".join(f"{k} {v}" for k, v in sorted(summary.paths.items()))

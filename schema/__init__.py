@@ -27,6 +27,7 @@ from .enums import (
 )
 from .io import (
     ArtifactError,
+    UsageError,
     dump_model,
     dump_yaml,
     dumps_model,
@@ -68,7 +69,7 @@ __all__ = [
     "FallbackEvidence", "FallbackPolicy", "FallbackState", "FlakyPolicy", "JournalHeader", "Layout",
     "LevelRequirement", "Matrix", "Mode", "Model", "Numerics", "OpSource", "OperatorRequirement",
     "Outcome", "RankRange", "ReferenceKind", "Runtime", "RuntimeCheck", "RuntimeRecord", "Samples",
-    "TaskRecord", "ToleranceOverride", "Waiver", "WaiverMatch",
+    "TaskRecord", "ToleranceOverride", "UsageError", "Waiver", "WaiverMatch",
     "describe", "dump_model", "dump_yaml", "dumps_model", "features_of", "json_schema", "load_contract",
     "load_document", "load_matrix", "load_model", "loads_yaml", "matches", "model_to_data",
     "validate_data", "validate_file", "write_text_atomic",

@@ -29,6 +29,7 @@ from .contract import Contract
 from .matrix import Matrix
 
 __all__ = [
+    "UsageError",
     "ArtifactError",
     "dump_model",
     "HAVE_LIBYAML",
@@ -45,6 +46,10 @@ __all__ = [
 
 HAVE_LIBYAML = bool(getattr(yaml, "__with_libyaml__", False))
 M = TypeVar("M", bound=BaseModel)
+
+
+class UsageError(ValueError):
+    """Invalid input named on the command line (unknown backend, op, dtype ...): exit 2."""
 
 
 class ArtifactError(ValueError):
@@ -66,6 +71,16 @@ def _make_loader(pure: bool) -> type:
 
     class StrictLoader(base):  # type: ignore[valid-type, misc]
         """Safe loader that rejects duplicate keys (SafeLoader silently keeps the last one)."""
+
+    def construct_object(loader: Any, node: yaml.Node, deep: bool = False) -> Any:
+        if node in loader.constructed_objects or node in loader.recursive_objects:
+            raise yaml.constructor.ConstructorError(
+                None, None, "YAML aliases (*name) are not allowed in opmatrix artifacts; write the value out",
+                node.start_mark,
+            )
+        return base.construct_object(loader, node, deep=deep)
+
+    StrictLoader.construct_object = construct_object  # type: ignore[method-assign]
 
     def construct_mapping(loader: Any, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         loader.flatten_mapping(node)
@@ -386,6 +401,9 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> bool:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

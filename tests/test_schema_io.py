@@ -212,3 +212,17 @@ def test_every_verb_has_help():
     for verb in ("probe", "merge", "validate", "query", "report", "gate", "diff", "doctor", "schema"):
         res = run_cli(verb, "--help")
         assert res.returncode == 0 and "usage: opmatrix" in res.stdout, verb
+
+
+def test_yaml_aliases_are_rejected(tmp_path: Path):
+    path = _write(tmp_path, "a: &x [1, 2]\nb: *x\n")
+    with pytest.raises(ArtifactError, match="YAML aliases"):
+        validate_file(path)
+
+
+def test_written_artifacts_are_readable_by_others(tmp_path: Path):
+    from opmatrix.schema import write_text_atomic
+
+    target = tmp_path / "m.yaml"
+    write_text_atomic(target, "x: 1\n")
+    assert target.stat().st_mode & 0o044 == 0o044

@@ -100,8 +100,10 @@ def load_reusable(out_dir: Path) -> dict[str, str]:
         except ValueError:
             continue  # an unreadable old journal only costs re-probing
         for line in state.records.values():
-            key = json.loads(line).get("evidence_key")
-            if key:
+            record = json.loads(line)
+            key = record.get("evidence_key")
+            # a fault (crash, hang, ...) may be transient: probe it again rather than keep it forever
+            if key and record.get("outcome", "ok") in ("ok", "wrong"):
                 found[key] = line
     return found
 

@@ -100,7 +100,7 @@ def _validate(spec: str, generation: str | None) -> bool | None:
     """
     from opmatrix.backend.registry import BUILTIN, UnknownBackend, get_adapter
 
-    from opmatrix.cli import UsageError
+    from opmatrix.schema import UsageError
 
     if spec in BUILTIN and generation is None:
         verified = getattr(BUILTIN[spec], "verified", None)
