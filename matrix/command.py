@@ -21,7 +21,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from opmatrix.schema import UsageError
 from opmatrix.schema import (
     TENSOR,
     ArtifactError,
@@ -29,6 +28,7 @@ from opmatrix.schema import (
     Evidence,
     JournalHeader,
     Runtime,
+    UsageError,
     dump_model,
     load_matrix,
     model_to_data,

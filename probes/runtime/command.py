@@ -99,7 +99,6 @@ def _validate(spec: str, generation: str | None) -> bool | None:
     torch nor the backend (the checks run in child processes), which keeps doctor quick.
     """
     from opmatrix.backend.registry import BUILTIN, UnknownBackend, get_adapter
-
     from opmatrix.schema import UsageError
 
     if spec in BUILTIN and generation is None:
