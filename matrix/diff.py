@@ -251,8 +251,11 @@ def diff_matrices(a: Matrix, b: Matrix, *, error_growth: float = 0.25) -> Matrix
 
 
 def _classify(before: CellState, after: CellState, error_growth: float) -> ChangeKind | None:
+    # as the release gate judges it: worse when the outcome *or* the path got worse (a cell that
+    # went from native/wrong to fallback/ok is fixed but lost its kernel: a regression to review)
     if after.quality != before.quality:
-        return "worse" if after.quality > before.quality else "better"
+        got_worse = after.outcome.rank > before.outcome.rank or after.path.rank > before.path.rank
+        return "worse" if got_worse else "better"
     if after.backward != before.backward and before.backward is not None and after.backward is not None:
         return "worse" if after.backward > before.backward else "better"
     return "numerics" if _drifted(before, after, error_growth) else None

@@ -95,3 +95,13 @@ def test_condition_groups_compare_group_by_group_or_worst_against_worst():
     ])])
     (change,) = diff_matrices(split, better).changes()
     assert (change.kind, change.conditions) == ("better", (("dim", "first"),))
+
+
+def test_a_fixed_cell_that_lost_its_kernel_is_worse_as_the_gate_sees_it():
+    from opmatrix.matrix.diff import CellState, _classify
+    from opmatrix.schema import ExecPath, Outcome
+
+    before = CellState(ExecPath.native, Outcome.wrong)
+    after = CellState(ExecPath.fallback, Outcome.ok)
+    assert _classify(before, after, 0.25) == "worse"
+    assert _classify(after, CellState(ExecPath.native, Outcome.ok), 0.25) == "better"
