@@ -466,13 +466,14 @@ def _probe_compile(st: _State, entry: OpEntry, unit: _Unit, dtype: torch.dtype, 
     kept = {_event_name(unit.overload), *(_event_name(c) for c in (eager.components if eager.path is ExecPath.native else []))}
     if seen.state is FallbackState.observed:
         result.path = ExecPath.fallback
-    elif eager.path is ExecPath.rejected or not kept & set(ran):
+    elif eager.path is ExecPath.rejected or (ran and not kept & set(ran)):
         # the compiled graph ran other ops than the one called: the compiler decomposed it
         result.path = ExecPath.decomposed
         result.components = [f"{n}" for n in ran if _event_name(unit.overload) != n][:24]
     else:
         result.path = eager.path if eager.path is not ExecPath.rejected else ExecPath.native
-        result.note = "the compiled graph ran the op itself"
+        # no aten op at all: the graph ran as one backend executable (XLA), opaque to the profiler
+        result.note = "the compiled graph ran the op itself" if ran else "the compiled graph ran as one opaque executable"
     result.fallback, result.fallback_ops, result.fallback_source = seen.state, list(seen.ops), seen.source
     comparable = st.adapter.device_type != "meta" and values_comparable(unit.overload)
     ok, (res, rtol, atol, kind) = _judge(ref, out, unit.overload, dtype, comparable)
@@ -618,7 +619,17 @@ def probe_task(adapter_or_ctx: Any, source: str, dtype_name: str, *, options: Ma
             continue
         if progress:
             progress(uid)
-        eager = _probe_eager(st, entry, unit, dtype, opts, ref, autograd_budget)
+        try:
+            eager = _probe_eager(st, entry, unit, dtype, opts, ref, autograd_budget)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as exc:  # noqa: BLE001 - an engine failure on one unit is that cell's error
+            if type(exc).__name__ in ("WorkerPoisoned", "_Poisoned"):
+                raise
+            eager = SampleResult(op=unit.overload, rank=unit.rank, layout=unit.layout, mode=Mode.eager,
+                                 path=ExecPath.rejected, outcome=Outcome.error, features=unit.features,
+                                 error=ErrorInfo(type=type(exc).__name__, actionable=False,
+                                                 message=f"opmatrix could not probe this sample: {str(exc)[:400]}"))
         results.append(eager)
         unavailable = eager.path is ExecPath.rejected and eager.outcome is Outcome.ok
         representative = (

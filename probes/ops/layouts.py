@@ -107,6 +107,12 @@ def _first_tensor(obj: Any) -> torch.Tensor | None:
     return None
 
 
+def _has_unstrided(values: Any) -> bool:
+    found = []
+    _map(values, lambda t: found.append(t.layout is not torch.strided or t.is_nested) or t)
+    return any(found)
+
+
 def primary_tensor(values: Any) -> torch.Tensor | None:
     """The tensor whose rank and layout name the cell: the input, else the first tensor."""
     return _first_tensor(values)
@@ -121,6 +127,8 @@ def transform_sample(values: Any, layout: Layout) -> Any | None:
     primary = primary_tensor(values)
     if primary is None:
         return None
+    if _has_unstrided(values):  # sparse / nested tensors: moved to the device as they are
+        return _map(values, lambda t: Variant(t, t)) if layout is Layout.contiguous else None
     if layout is not Layout.contiguous and (not primary.is_contiguous() or make_variant(primary, layout) is None):
         return None
 

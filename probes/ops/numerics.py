@@ -101,6 +101,10 @@ def compare(actual: Any, expected: Any, rtol: float, atol: float, *, values: boo
         if isinstance(e, torch.Tensor):
             if not isinstance(a, torch.Tensor):
                 return Comparison(False, detail=f"output {i} is {type(a).__name__}, expected a tensor")
+            if a.layout is not torch.strided:  # sparse results compare by value
+                a = a.to_dense()
+            if e.layout is not torch.strided:
+                e = e.to_dense()
             if a.shape != e.shape:
                 return Comparison(False, detail=f"output {i} shape {tuple(a.shape)} != {tuple(e.shape)}")
             if not values or e.numel() == 0:
