@@ -170,3 +170,10 @@ def test_an_output_of_the_wrong_dtype_is_wrong_even_if_the_values_match():
     ref = _Reference(same=torch.ones(3, dtype=torch.float16), upcast=torch.ones(3, dtype=torch.float32))
     ok, (res, *_rest) = _judge(ref, torch.ones(3, dtype=torch.float64), "aten.x.default", torch.float16, True)
     assert not ok and "dtype float64, reference float16" in res.detail
+
+
+def test_conjugate_views_keep_their_values_in_every_layout(cpu):
+    # OpInfo's complex samples include conj() views; a layout rebuilt over the storage must not
+    # drop the conjugate bit (that once turned CPU-vs-CPU addmm into "wrong")
+    rec = probe_task(cpu, "addmm", "complex64", options={"compile": "off", "autograd": False})
+    assert rec.cells and {c.result.outcome for c in rec.cells} == {Outcome.ok}

@@ -127,6 +127,10 @@ def transform_sample(values: Any, layout: Layout) -> Any | None:
     primary = primary_tensor(values)
     if primary is None:
         return None
+    # conjugate / negative *views* (OpInfo makes some) carry a bit, not values: rebuilding a view
+    # over the storage would drop it, so materialise them first (same values, plain tensors)
+    values = _map(values, lambda t: t.resolve_conj().resolve_neg() if t.is_conj() or t.is_neg() else t)
+    primary = primary_tensor(values)
     if _has_unstrided(values):  # sparse / nested tensors: moved to the device as they are
         return _map(values, lambda t: Variant(t, t)) if layout is Layout.contiguous else None
     if layout is not Layout.contiguous and (not primary.is_contiguous() or make_variant(primary, layout) is None):

@@ -58,6 +58,12 @@ TRIVIAL_OPS = frozenset(
         "aten.numpy_T.default", "aten.mT.default", "aten.unsafe_split.Tensor",
     }
 )
+#: under functionalization (torch_xla, lazy backends) view ops reach the backend as their ``*_copy``
+#: variants and ``copy_`` as ``copy``; torch_xla adds a metadata no-op, ``_propagate_xla_data``
+TRIVIAL_OPS = TRIVIAL_OPS | frozenset(
+    {f"{ns}.{name}_copy.{ov}" for ns, name, ov in (o.split(".", 2) for o in TRIVIAL_OPS) if not name.endswith("_")}
+    | {"aten.copy.default", "aten._propagate_xla_data.default"}
+)
 #: trivial ops that still move or write data: never a reason to call a call composite, but a
 #: host fallback through them is a fallback
 DATA_MOVEMENT = frozenset(
