@@ -174,6 +174,22 @@ class XlaAdapter(Adapter):
                 return Rejection("rejected", "XLA has no lowering for this input (UNIMPLEMENTED)")
         return verdict
 
+    def health_check(self) -> str | None:
+        """None when a fresh graph still compiles and runs on the device.
+
+        Only this check's own tensor is materialised (``.item()``), never a global sync: while the
+        caller handles the exception of a graph that failed to lower, that graph's outputs are still
+        alive in the traceback and a global sync would fail on them again, blaming a healthy device.
+        """
+        import torch
+
+        try:
+            x = torch.arange(8, dtype=torch.float32, device=self.device())
+            value = (x * 2).sum().item()
+        except RuntimeError as exc:
+            return f"{type(exc).__name__}: {str(exc)[:300]}"
+        return None if value == 56.0 else f"health check computed {value} instead of 56.0"
+
     def compile_backend(self) -> Any:
         """torch_xla's dynamo backend."""
         return "openxla"

@@ -1,0 +1,234 @@
+"""The ``xla`` adapter on torch_xla's CPU device (``PJRT_DEVICE=CPU``): a real third-party backend.
+
+Run by ``make test-xla`` (torch 2.9 + torch_xla 2.9 in their own environment); skipped where
+torch_xla is not installed. torch_xla's own metrics counters are read here independently of the
+adapter, so the paths the probes report are checked against the backend's own account.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+if importlib.util.find_spec("torch_xla") is None:
+    pytest.skip(
+        "torch_xla is not installed in this environment (make test-xla builds one with torch 2.9 + torch_xla 2.9)",
+        allow_module_level=True,
+    )
+
+os.environ.setdefault("PJRT_DEVICE", "CPU")
+
+import torch  # noqa: E402
+import torch_xla  # noqa: E402
+import torch_xla.debug.metrics as met  # noqa: E402
+
+from opmatrix.backend import get_adapter  # noqa: E402
+from opmatrix.probes.ops.engine import probe_task  # noqa: E402
+from opmatrix.probes.runner import Task, run  # noqa: E402
+from opmatrix.schema import ExecPath, FallbackState, Layout, Mode, Outcome  # noqa: E402
+from tests.conftest import run_cli  # noqa: E402
+
+#: a crashing unit for the runner test (see ``handle_crashing_op``)
+CRASH_HANDLERS = {"xla-crash": "tests.test_xla:handle_crashing_op"}
+
+
+def _aten_counters() -> dict[str, int]:
+    """torch_xla's fallback counters, read directly (not through the adapter)."""
+    return {n: met.counter_value(n) for n in met.counter_names() if n.startswith("aten::")}
+
+
+def _grown(before: dict[str, int], after: dict[str, int]) -> set[str]:
+    return {n for n, v in after.items() if v > before.get(n, 0)}
+
+
+@pytest.fixture(scope="module")
+def xla():
+    """The set-up adapter (torch_xla's CPU client in this process)."""
+    adapter = get_adapter("xla")
+    adapter.setup()
+    return adapter
+
+
+def _cells(record, *, op=None, rank=None, layout=None, mode=Mode.eager):
+    return [
+        c
+        for c in record.cells
+        if (op is None or c.op == op)
+        and (rank is None or c.rank == rank)
+        and (layout is None or c.layout == layout)
+        and c.mode == mode
+    ]
+
+
+class TestAdapter:
+    """Identity, versions, devices and health of the xla device."""
+
+    def test_identity_and_versions(self, xla):
+        """The dispatch key is XLA; versions name torch_xla, the PJRT platform and the device kind."""
+        assert (xla.name, xla.device_type, xla.dispatch_key) == ("xla", "xla", "XLA")
+        assert xla.device().type == "xla"
+        v = xla.versions()
+        assert v["backend_version"].startswith(f"torch_xla {torch_xla.__version__}")
+        assert v["isa"].startswith("CPU:")
+        assert v["driver"]
+        assert [d.name for d in xla.devices()] == ["CPU:0"]
+        assert xla.compile_backend() == "openxla"
+
+    def test_health_check_passes_while_a_failed_graph_is_alive(self, xla):
+        """A graph that failed to lower does not make a healthy device look poisoned."""
+        out = torch.cumprod(torch.zeros(0, device=xla.device()), 0)  # XLA cannot lower this input
+        with pytest.raises(RuntimeError, match="cumprod"):
+            xla.synchronize()
+        assert xla.health_check() is None
+        del out
+        xla.synchronize()  # once the failed output is gone, the device syncs again
+
+    def test_observe_fallback_reads_counters_after_execution(self, xla):
+        """Counters that grew during the block are the observed ops; a lowered op observes none."""
+        x = torch.tensor([3.0, 1.0, 3.0], device=xla.device())
+        with xla.observe_fallback() as seen:
+            torch.unique(x)
+        assert (seen.state, seen.ops) == (FallbackState.observed, ["aten::_unique2"])
+        with xla.observe_fallback() as seen:
+            x + x
+        assert (seen.state, seen.ops) == (FallbackState.not_observed, [])
+
+
+class TestPaths:
+    """Probe paths agree with torch_xla's registrations and its own counters."""
+
+    @pytest.mark.parametrize(("source", "op", "rank"), [("add", "aten.add.Tensor", 2), ("mm", "aten.mm.default", 2)])
+    def test_lowered_ops_are_native(self, xla, source, op, rank):
+        """add and mm have XLA kernels, run without fallback counters and match the CPU."""
+        before = _aten_counters()
+        lowered = met.counter_value(f"xla::{op.split('.')[1]}") or 0
+        record = probe_task(xla, source, "float32", options={"compile": "off"})
+        assert _grown(before, _aten_counters()) == set()
+        assert (met.counter_value(f"xla::{op.split('.')[1]}") or 0) > lowered
+        cells = _cells(record, op=op, rank=rank, layout=Layout.contiguous)
+        assert cells, [(c.op, c.rank, c.layout) for c in record.cells]
+        for cell in cells:
+            assert cell.result.path is ExecPath.native
+            assert cell.result.outcome is Outcome.ok
+            assert cell.result.fallback.state is FallbackState.not_observed
+
+    def test_fallback_ops_are_fallback_and_agree_with_counters(self, xla):
+        """unique falls back through aten::_unique2: every cell is fallback and names exactly the counters
+        that grew while the task ran."""
+        before = _aten_counters()
+        record = probe_task(xla, "unique", "float32", options={"compile": "off"})
+        grown = _grown(before, _aten_counters())
+        assert "aten::_unique2" in grown
+        cells = _cells(record)
+        assert cells
+        assert {c.result.path for c in cells} == {ExecPath.fallback}
+        assert all(c.result.fallback.state is FallbackState.observed for c in cells)
+        assert set().union(*(c.result.fallback.ops for c in cells)) == grown
+
+    def test_argument_dependent_fallback_matches_counters_per_sample(self, xla):
+        """max_pool2d is lowered for some arguments and falls back for others: the cell is mixed, counts
+        both, and names exactly the counter that grew."""
+        before = _aten_counters()
+        record = probe_task(
+            xla, "nn.functional.max_pool2d", "float32",
+            options={"compile": "off", "autograd": False, "max_samples": 24, "layouts": ["contiguous"]},
+        )
+        grown = _grown(before, _aten_counters())
+        (cell,) = _cells(record, op="aten.max_pool2d_with_indices.default", rank=4)
+        assert cell.result.fallback.ops == sorted(grown) == ["aten::max_pool2d_with_indices"]
+        assert cell.result.path is ExecPath.fallback  # the worst path of its samples, never hidden
+        assert cell.result.mixed
+        assert cell.result.samples.by_path[ExecPath.native] > 0
+        assert cell.result.samples.by_path[ExecPath.fallback] > 0
+
+    def test_compile_mode_runs_through_openxla(self, xla):
+        """compile cells run through torch_xla's dynamo backend and keep the eager path."""
+        record = probe_task(
+            xla, "add", "float32",
+            options={"compile": "all", "autograd": False, "max_samples": 1, "layouts": ["contiguous"]},
+        )
+        compiled = _cells(record, op="aten.add.Tensor", mode=Mode.compile)
+        assert compiled
+        assert {(c.result.path, c.result.outcome) for c in compiled} == {(ExecPath.native, Outcome.ok)}
+
+
+# -- crash recording -----------------------------------------------------------------------------
+
+
+def handle_crashing_op(ctx, task, progress, skip, skip_rest):
+    """Probe a real OpInfo task on the xla device, then abort the worker inside unit ``crash``.
+
+    The crash comes after the device has compiled and run graphs, as an abort inside XLA's compiler
+    would; the runner must record it on that unit and keep every cell of the task's other units.
+    """
+    from opmatrix.probes.ops.engine import handle
+    from opmatrix.schema import CellRecord, CellResult, ErrorInfo, Samples
+
+    record = handle(ctx, task, progress, skip, skip_rest)
+    fault = skip.get("crash") or skip_rest
+    if fault is None:
+        progress("crash")
+        x = torch.ones(4, device=ctx.adapter.device())
+        (x * 2).sum().item()  # a real graph on the device first
+        os.abort()
+    cell = CellRecord(
+        op="aten.crash.default", dtype=task.payload["dtype"], rank=1, layout="contiguous",
+        result=CellResult(
+            path=ExecPath.rejected, outcome=Outcome(fault.outcome), samples=Samples(probed=1, passed=0),
+            error=ErrorInfo(type=fault.outcome, message=fault.message[:500], actionable=False, signal=fault.signal),
+        ),
+    )
+    return record.model_copy(update={"cells": [*record.cells, cell], "outcome": Outcome(fault.outcome)})
+
+
+def test_an_aborting_unit_is_recorded_as_crashed_and_nothing_else_is_lost(tmp_path: Path):
+    """A SIGABRT in an xla worker is ``crashed`` on its unit; its task's other cells and the next
+    task are recorded in full."""
+    options = {"compile": "off", "autograd": False, "max_samples": 2, "layouts": ["contiguous"]}
+    tasks = [
+        Task("mm|float32", "xla-crash", {"source": "mm", "dtype": "float32", "options": options}, order=0),
+        Task("add|float32", "op", {"source": "add", "dtype": "float32", "options": options}, order=1),
+    ]
+    summary = run(
+        tasks, backend="xla", out_dir=tmp_path, workers=1, timeout=300, handlers=CRASH_HANDLERS, progress=False
+    )
+    lines = (tmp_path / "journal.jsonl").read_text().splitlines()
+    records = {r["task"]: r for r in map(json.loads, lines[1:])}
+    assert sorted(records) == ["add|float32", "mm|float32"]
+    crashed = [c for c in records["mm|float32"]["cells"] if c["result"]["outcome"] == "crashed"]
+    assert [c["op"] for c in crashed] == ["aten.crash.default"]
+    assert crashed[0]["result"]["error"]["signal"] == "SIGABRT"
+    mm = [c for c in records["mm|float32"]["cells"] if c["op"] == "aten.mm.default"]
+    assert mm and all(c["result"]["path"] == "native" and c["result"]["outcome"] == "ok" for c in mm)
+    add = [c for c in records["add|float32"]["cells"] if c["op"] == "aten.add.Tensor"]
+    assert add and {c["result"]["path"] for c in add} == {"native"}
+    assert summary.restarts >= 1
+
+
+# -- the CLI ------------------------------------------------------------------------------------
+
+
+def test_probe_cli_reports_native_add_mm_and_fallback_unique(tmp_path: Path):
+    """``opmatrix probe --backend xla`` in spawned workers: add/mm native, unique fallback, exit 0."""
+    out = tmp_path / "x"
+    done = run_cli(
+        "probe", "--backend", "xla", "--ops", "add,mm,unique", "--dtypes", "float32", "--no-runtime",
+        "--layouts", "contiguous", "--workers", "1", "--quiet", "--out", str(out),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    def query(op: str) -> dict:
+        q = run_cli("query", str(out / "matrix.yaml"), op, "--dtype", "float32", "--rank", "2",
+                    "--layout", "contiguous", "--json")
+        assert q.returncode == 0, q.stderr
+        return json.loads(q.stdout)
+
+    assert query("aten.add.Tensor")["path"] == "native"
+    assert query("aten.mm.default")["path"] == "native"
+    unique = query("aten._unique2.default")
+    assert unique["path"] == "fallback"
+    assert unique["entry"]["fallback"]["ops"] == ["aten::_unique2"]
