@@ -74,7 +74,9 @@ def make_variant(t: torch.Tensor, layout: Layout) -> Variant | None:
 
 def to_device(variant: Variant, device: Any) -> torch.Tensor:
     """Re-create the variant's view on ``device`` over a device copy of its base."""
-    base = variant.base.to(device)
+    # always a copy: on the host, .to("cpu") would alias the reference's inputs, and an op that
+    # writes its input would then feed the reference's leftovers to the device run
+    base = variant.base.to(device, copy=True)
     v = variant.view
     if v is variant.base:
         return base
