@@ -20,6 +20,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import NamedTuple
 
+from opmatrix.matrix.compress import rank_runs
 from opmatrix.schema import (
     Contract,
     DType,
@@ -63,17 +64,6 @@ def _works(groups: list[Entry], worst: ExecPath, no_fallback: bool) -> bool:
     )
 
 
-def _runs(ranks: Iterable[int]) -> list[tuple[int, int]]:
-    """Consecutive runs of ranks: [1, 2, 3, 5] -> [(1, 3), (5, 5)]."""
-    out: list[tuple[int, int]] = []
-    for r in sorted(set(ranks)):
-        if out and out[-1][1] == r - 1:
-            out[-1] = (out[-1][0], r)
-        else:
-            out.append((r, r))
-    return out
-
-
 def find_improvements(index: CellIndex, contract: Contract, claimed: set[CellKey]) -> list[Improvement]:
     """Working, unclaimed cells as operator requirements that cover exactly those cells."""
     worst = _acceptable_worst(contract)
@@ -92,7 +82,7 @@ def find_improvements(index: CellIndex, contract: Contract, claimed: set[CellKey
     for (op, mode), cells in sorted(found.items()):
         by_run: dict[tuple[int, int], dict[DType, set[Layout]]] = defaultdict(lambda: defaultdict(set))
         for (dtype, layout), ranks in cells.items():
-            for run in _runs(ranks):
+            for run in rank_runs(ranks):
                 by_run[run][dtype].add(layout)
         for run, dtype_layouts in sorted(by_run.items()):
             by_layouts: dict[tuple[Layout, ...], list[DType]] = defaultdict(list)

@@ -49,7 +49,8 @@ class Box:
                     yield d, r, lay
 
 
-def _runs(ranks: Iterable[int]) -> list[tuple[int, int]]:
+def rank_runs(ranks: Iterable[int]) -> list[tuple[int, int]]:
+    """Consecutive runs of ranks: [1, 2, 3, 5] -> [(1, 3), (5, 5)]."""
     out: list[tuple[int, int]] = []
     for r in sorted(set(ranks)):
         if out and out[-1][1] == r - 1:
@@ -73,7 +74,7 @@ def _ranks_first(cells: set[CellKey]) -> list[Box]:
         ranks[d, lay].append(r)
     layouts: dict[tuple[DType, int, int], list[Layout]] = defaultdict(list)
     for (d, lay), rs in ranks.items():
-        for lo, hi in _runs(rs):
+        for lo, hi in rank_runs(rs):
             layouts[d, lo, hi].append(lay)
     dtypes: dict[tuple[int, int, tuple[Layout, ...]], list[DType]] = defaultdict(list)
     for (d, lo, hi), lays in layouts.items():
@@ -90,7 +91,7 @@ def _layouts_first(cells: set[CellKey]) -> list[Box]:
         ranks[d, _layouts(found)].append(r)
     dtypes: dict[tuple[int, int, tuple[Layout, ...]], list[DType]] = defaultdict(list)
     for (d, ls), rs in ranks.items():
-        for lo, hi in _runs(rs):
+        for lo, hi in rank_runs(rs):
             dtypes[lo, hi, ls].append(d)
     return [Box(_dtypes(ds), lo, hi, ls) for (lo, hi, ls), ds in dtypes.items()]
 

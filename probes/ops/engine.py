@@ -39,7 +39,7 @@ from opmatrix.schema import (
 
 from . import observe
 from .cells import SampleResult, cells_from_samples
-from .layouts import Variant, primary_tensor, to_device, transform_sample
+from .layouts import Variant, map_values, primary_tensor, to_device, transform_sample
 from .numerics import Comparison, compare, dtype_mismatch, tolerance_for, upcast_dtype, values_comparable
 from .source import OpEntry, all_ops, generate_samples
 
@@ -95,15 +95,7 @@ def _poisoned_error(unit: str, message: str) -> Exception:
 
 
 def _map(obj: Any, fn: Callable[[Any], Any]) -> Any:
-    if isinstance(obj, (torch.Tensor, Variant)):
-        return fn(obj)
-    if isinstance(obj, tuple):
-        return tuple(_map(o, fn) for o in obj)
-    if isinstance(obj, list):
-        return [_map(o, fn) for o in obj]
-    if isinstance(obj, dict):
-        return {k: _map(v, fn) for k, v in obj.items()}
-    return obj
+    return map_values(obj, fn, (torch.Tensor, Variant))
 
 
 def _to_cpu(obj: Any) -> Any:

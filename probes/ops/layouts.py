@@ -84,15 +84,16 @@ def to_device(variant: Variant, device: Any) -> torch.Tensor:
     return base.as_strided(v.size(), v.stride(), offset)
 
 
-def _map(obj: Any, fn: Any) -> Any:
-    if isinstance(obj, torch.Tensor):
+def map_values(obj: Any, fn: Any, leaf: tuple[type, ...] = (torch.Tensor,)) -> Any:
+    """Apply ``fn`` to every ``leaf`` object inside nested tuples, lists and dicts."""
+    if isinstance(obj, leaf):
         return fn(obj)
     if isinstance(obj, tuple):
-        return tuple(_map(o, fn) for o in obj)
+        return tuple(map_values(o, fn, leaf) for o in obj)
     if isinstance(obj, list):
-        return [_map(o, fn) for o in obj]
+        return [map_values(o, fn, leaf) for o in obj]
     if isinstance(obj, dict):
-        return {k: _map(v, fn) for k, v in obj.items()}
+        return {k: map_values(v, fn, leaf) for k, v in obj.items()}
     return obj
 
 
@@ -111,7 +112,7 @@ def _first_tensor(obj: Any) -> torch.Tensor | None:
 
 def _has_unstrided(values: Any) -> bool:
     found = []
-    _map(values, lambda t: found.append(t.layout is not torch.strided or t.is_nested) or t)
+    map_values(values, lambda t: found.append(t.layout is not torch.strided or t.is_nested) or t)
     return any(found)
 
 
@@ -131,10 +132,10 @@ def transform_sample(values: Any, layout: Layout) -> Any | None:
         return None
     # conjugate / negative *views* (OpInfo makes some) carry a bit, not values: rebuilding a view
     # over the storage would drop it, so materialise them first (same values, plain tensors)
-    values = _map(values, lambda t: t.resolve_conj().resolve_neg() if t.is_conj() or t.is_neg() else t)
+    values = map_values(values, lambda t: t.resolve_conj().resolve_neg() if t.is_conj() or t.is_neg() else t)
     primary = primary_tensor(values)
     if _has_unstrided(values):  # sparse / nested tensors: moved to the device as they are
-        return _map(values, lambda t: Variant(t, t)) if layout is Layout.contiguous else None
+        return map_values(values, lambda t: Variant(t, t)) if layout is Layout.contiguous else None
     if layout is not Layout.contiguous and (not primary.is_contiguous() or make_variant(primary, layout) is None):
         return None
 
@@ -144,4 +145,4 @@ def transform_sample(values: Any, layout: Layout) -> Any | None:
             return v
         return _strided_base(t) if not t.is_contiguous() else Variant(t, t)
 
-    return _map(values, one)
+    return map_values(values, one)
