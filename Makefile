@@ -5,7 +5,7 @@ OPM := $(VENV)/bin/opmatrix
 STAMP := $(VENV)/.installed
 OUT ?= out
 
-.PHONY: setup demo test lint bench clean browser-deps
+.PHONY: setup demo test test-xla lint bench clean browser-deps
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -31,6 +31,43 @@ browser-deps:
 
 test: setup browser-deps
 	$(PY) -m pytest -q
+
+# XLA devices, proven on torch_xla's CPU device (PJRT_DEVICE=CPU). torch_xla pins its torch (2.9: a
+# CUDA build, several GB), so that environment lives outside the clone in a cache folder keyed by
+# both versions, reused by every clone and run; .venv-xla links to it. The install is bounded by
+# XLA_INSTALL_TIMEOUT seconds so a slow mirror fails CI with a message instead of eating its limit.
+XLA_TORCH ?= 2.9.0
+XLA_VERSION ?= 2.9.0
+XLA_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/opmatrix
+XLA_HOME := $(XLA_CACHE)/venv-xla-torch$(XLA_TORCH)-xla$(XLA_VERSION)
+XLA_INSTALL_TIMEOUT ?= 1800
+XLA_PY := .venv-xla/bin/python
+# the xla tests, plus the suite that must hold on the oldest torch of the window (not refaccel:
+# its Python PrivateUse1 API, torch._C._acc, is newer than torch 2.9)
+XLA_TESTS ?= tests/test_xla.py tests/test_schema_io.py tests/test_probes_engine.py tests/test_matrix_records.py \
+	tests/test_matrix_rollup.py tests/test_matrix_compress.py tests/test_matrix_query.py tests/test_runner_faults.py \
+	tests/test_runner_journal.py tests/test_gate_evaluate.py
+
+$(XLA_HOME)/.installed:
+	@mkdir -p $(XLA_CACHE)
+	@test -x $(XLA_HOME)/bin/python || python3 -m venv $(XLA_HOME)
+	@echo "test-xla: installing torch==$(XLA_TORCH) torch_xla==$(XLA_VERSION) into $(XLA_HOME) (several GB, once)"
+	@timeout $(XLA_INSTALL_TIMEOUT) $(XLA_HOME)/bin/python -m pip install -q --disable-pip-version-check \
+	    torch==$(XLA_TORCH) torch_xla==$(XLA_VERSION) expecttest; rc=$$?; \
+	  if [ $$rc -eq 124 ]; then echo "test-xla: FAILED: the torch_xla install took longer than XLA_INSTALL_TIMEOUT=$(XLA_INSTALL_TIMEOUT) s; rerun to retry (pip keeps the wheels it finished downloading)" >&2; exit 1; \
+	  elif [ $$rc -ne 0 ]; then echo "test-xla: FAILED: pip could not install torch==$(XLA_TORCH) torch_xla==$(XLA_VERSION) (exit $$rc)" >&2; exit 1; fi
+	touch $@
+
+.venv-xla.stamp: pyproject.toml $(XLA_HOME)/.installed
+	ln -sfn $(XLA_HOME) .venv-xla
+	$(XLA_PY) -m pip install -q --disable-pip-version-check -e '.[test]'
+	touch $@
+
+test-xla: .venv-xla.stamp
+	@# the cache is shared by clones: reinstall when its editable opmatrix points at another one
+	@$(XLA_PY) -c 'import opmatrix, os, sys; sys.exit(os.path.dirname(os.path.dirname(os.path.realpath(opmatrix.__file__))) != os.path.realpath("."))' \
+	  || $(XLA_PY) -m pip install -q --disable-pip-version-check -e '.[test]'
+	PJRT_DEVICE=CPU $(XLA_PY) -m pytest -q $(XLA_TESTS)
 
 lint: setup
 	$(VENV)/bin/ruff check opmatrix schema backend probes matrix reports ci tests bench
