@@ -23,7 +23,10 @@ class UnknownBackend(ValueError):
 
 
 def _refaccel(generation: str | None, device_index: int) -> Adapter:
-    from .refaccel.adapter import RefaccelAdapter
+    try:
+        from .refaccel.adapter import RefaccelAdapter
+    except ImportError as exc:  # an older torch in the supported window (see refaccel/__init__)
+        raise UnknownBackend(f"--backend refaccel is not available here: {exc}") from None
 
     return RefaccelAdapter(generation, device_index)
 

@@ -15,9 +15,17 @@ This package only registers; the logic lives in its modules (see README "The ref
 accelerator").
 """
 
-from .fallback import fallback_counts, reset_fallback_counts
-from .faults import clear_faults, inject_fault
-from .install import install, installed_generation
+import torch as _torch
+
+if not hasattr(_torch._C, "_acc"):  # the Python PrivateUse1 backend API refaccel is built on
+    raise ImportError(
+        f"refaccel needs torch's Python PrivateUse1 backend API (torch._C._acc), which torch {_torch.__version__} "
+        "lacks; use a newer torch (the main environment has 2.13)"
+    )
+
+from .fallback import fallback_counts, reset_fallback_counts  # noqa: E402
+from .faults import clear_faults, inject_fault  # noqa: E402
+from .install import install, installed_generation  # noqa: E402
 
 __all__ = [
     "clear_faults",
