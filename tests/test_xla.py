@@ -2,7 +2,8 @@
 
 Run by ``make test-xla`` (torch 2.9 + torch_xla 2.9 in their own environment); skipped where
 torch_xla is not installed. torch_xla's own metrics counters are read here independently of the
-adapter, so the paths the probes report are checked against the backend's own account.
+adapter, so the paths the probes report are checked against the backend's own account; the crash
+test uses a real OpInfo input that kills the process inside torch_xla (``roll`` of an empty tensor).
 """
 
 from __future__ import annotations
@@ -31,9 +32,6 @@ from opmatrix.probes.ops.engine import probe_task  # noqa: E402
 from opmatrix.probes.runner import Task, run  # noqa: E402
 from opmatrix.schema import ExecPath, FallbackState, Layout, Mode, Outcome  # noqa: E402
 from tests.conftest import run_cli  # noqa: E402
-
-#: a crashing unit for the runner test (see ``handle_crashing_op``)
-CRASH_HANDLERS = {"xla-crash": "tests.test_xla:handle_crashing_op"}
 
 
 def _aten_counters() -> dict[str, int]:
@@ -159,54 +157,30 @@ class TestPaths:
 # -- crash recording -----------------------------------------------------------------------------
 
 
-def handle_crashing_op(ctx, task, progress, skip, skip_rest):
-    """Probe a real OpInfo task on the xla device, then abort the worker inside unit ``crash``.
-
-    The crash comes after the device has compiled and run graphs, as an abort inside XLA's compiler
-    would; the runner must record it on that unit and keep every cell of the task's other units.
-    """
-    from opmatrix.probes.ops.engine import handle
-    from opmatrix.schema import CellRecord, CellResult, ErrorInfo, Samples
-
-    record = handle(ctx, task, progress, skip, skip_rest)
-    fault = skip.get("crash") or skip_rest
-    if fault is None:
-        progress("crash")
-        x = torch.ones(4, device=ctx.adapter.device())
-        (x * 2).sum().item()  # a real graph on the device first
-        os.abort()
-    cell = CellRecord(
-        op="aten.crash.default", dtype=task.payload["dtype"], rank=1, layout="contiguous",
-        result=CellResult(
-            path=ExecPath.rejected, outcome=Outcome(fault.outcome), samples=Samples(probed=1, passed=0),
-            error=ErrorInfo(type=fault.outcome, message=fault.message[:500], actionable=False, signal=fault.signal),
-        ),
-    )
-    return record.model_copy(update={"cells": [*record.cells, cell], "outcome": Outcome(fault.outcome)})
-
-
-def test_an_aborting_unit_is_recorded_as_crashed_and_nothing_else_is_lost(tmp_path: Path):
-    """A SIGABRT in an xla worker is ``crashed`` on its unit; its task's other cells and the next
-    task are recorded in full."""
-    options = {"compile": "off", "autograd": False, "max_samples": 2, "layouts": ["contiguous"]}
+def test_an_input_that_kills_the_process_is_crashed_on_its_cell_and_nothing_else_is_lost(tmp_path: Path):
+    """torch_xla 2.9 dies by SIGFPE compiling ``roll`` of an empty (0, 0, 0) tensor (OpInfo's first
+    roll sample): that unit is ``crashed`` with its signal, the task's other samples and layouts and
+    the next task are all recorded."""
+    options = {"compile": "off", "autograd": False, "max_samples": 2, "layouts": ["contiguous", "transposed"]}
     tasks = [
-        Task("mm|float32", "xla-crash", {"source": "mm", "dtype": "float32", "options": options}, order=0),
+        Task("roll|float32", "op", {"source": "roll", "dtype": "float32", "options": options}, order=0),
         Task("add|float32", "op", {"source": "add", "dtype": "float32", "options": options}, order=1),
     ]
-    summary = run(
-        tasks, backend="xla", out_dir=tmp_path, workers=1, timeout=300, handlers=CRASH_HANDLERS, progress=False
-    )
+    summary = run(tasks, backend="xla", out_dir=tmp_path, workers=1, timeout=300, progress=False)
     lines = (tmp_path / "journal.jsonl").read_text().splitlines()
     records = {r["task"]: r for r in map(json.loads, lines[1:])}
-    assert sorted(records) == ["add|float32", "mm|float32"]
-    crashed = [c for c in records["mm|float32"]["cells"] if c["result"]["outcome"] == "crashed"]
-    assert [c["op"] for c in crashed] == ["aten.crash.default"]
-    assert crashed[0]["result"]["error"]["signal"] == "SIGABRT"
-    mm = [c for c in records["mm|float32"]["cells"] if c["op"] == "aten.mm.default"]
-    assert mm and all(c["result"]["path"] == "native" and c["result"]["outcome"] == "ok" for c in mm)
-    add = [c for c in records["add|float32"]["cells"] if c["op"] == "aten.add.Tensor"]
-    assert add and {c["result"]["path"] for c in add} == {"native"}
-    assert summary.restarts >= 1
+    assert sorted(records) == ["add|float32", "roll|float32"]
+    roll = {(c["rank"], c["layout"]): c["result"] for c in records["roll|float32"]["cells"]}
+    crashed = roll[(3, "contiguous")]
+    assert crashed["outcome"] == "crashed"
+    assert crashed["error"]["signal"] == "SIGFPE"
+    assert "Floating point exception" in crashed["error"]["message"]
+    # the (5, 5, 5) sample of the same cell ran after the worker was replaced
+    assert crashed["samples"] == {"probed": 2, "passed": 1, "by_path": {"native": 1, "rejected": 1}}
+    assert (roll[(3, "transposed")]["path"], roll[(3, "transposed")]["outcome"]) == ("native", "ok")
+    add = records["add|float32"]["cells"]
+    assert add and {(c["result"]["path"], c["result"]["outcome"]) for c in add} == {("native", "ok")}
+    assert (summary.restarts, summary.faults.get("crashed")) == (1, 1)
 
 
 # -- the CLI ------------------------------------------------------------------------------------
