@@ -78,7 +78,7 @@ def _make_loader(pure: bool) -> type:
                 None, None, "YAML aliases (*name) are not allowed in opmatrix artifacts; write the value out",
                 node.start_mark,
             )
-        return base.construct_object(loader, node, deep=deep)
+        return base.construct_object(loader, node, deep=deep)  # type: ignore[attr-defined]
 
     StrictLoader.construct_object = construct_object  # type: ignore[method-assign]
 

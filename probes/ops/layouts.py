@@ -111,8 +111,13 @@ def _first_tensor(obj: Any) -> torch.Tensor | None:
 
 
 def _has_unstrided(values: Any) -> bool:
-    found = []
-    map_values(values, lambda t: found.append(t.layout is not torch.strided or t.is_nested) or t)
+    found: list[bool] = []
+
+    def note(t: torch.Tensor) -> torch.Tensor:
+        found.append(t.layout is not torch.strided or t.is_nested)
+        return t
+
+    map_values(values, note)
     return any(found)
 
 
@@ -127,13 +132,13 @@ def transform_sample(values: Any, layout: Layout) -> Any | None:
     Returns the values with each tensor replaced by a :class:`Variant` (tensors the layout does
     not apply to stay as they are), or None when the layout does not apply to the primary tensor.
     """
-    primary = primary_tensor(values)
-    if primary is None:
+    if primary_tensor(values) is None:
         return None
     # conjugate / negative *views* (OpInfo makes some) carry a bit, not values: rebuilding a view
     # over the storage would drop it, so materialise them first (same values, plain tensors)
     values = map_values(values, lambda t: t.resolve_conj().resolve_neg() if t.is_conj() or t.is_neg() else t)
     primary = primary_tensor(values)
+    assert primary is not None  # resolving conj/neg bits keeps every tensor
     if _has_unstrided(values):  # sparse / nested tensors: moved to the device as they are
         return map_values(values, lambda t: Variant(t, t)) if layout is Layout.contiguous else None
     if layout is not Layout.contiguous and (not primary.is_contiguous() or make_variant(primary, layout) is None):
