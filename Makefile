@@ -33,9 +33,11 @@ test: setup browser-deps
 	$(PY) -m pytest -q
 
 # XLA devices, proven on torch_xla's CPU device (PJRT_DEVICE=CPU). torch_xla pins its torch (2.9: a
-# CUDA build, several GB), so that environment lives outside the clone in a cache folder keyed by
-# both versions, reused by every clone and run; .venv-xla links to it. The install is bounded by
-# XLA_INSTALL_TIMEOUT seconds so a slow mirror fails CI with a message instead of eating its limit.
+# CUDA build, several GB), so torch and torch_xla live outside the clone in a cache folder keyed by
+# both versions, reused by every clone and run. .venv-xla is a small venv of this clone that sees
+# the cache through a .pth file and holds this clone's editable opmatrix (clones sharing the cache
+# never re-point each other's install). The install is bounded by XLA_INSTALL_TIMEOUT seconds so a
+# slow mirror fails CI with a message instead of eating its limit.
 XLA_TORCH ?= 2.9.0
 XLA_VERSION ?= 2.9.0
 XLA_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/opmatrix
@@ -59,14 +61,13 @@ $(XLA_HOME)/.installed:
 	touch $@
 
 .venv-xla.stamp: pyproject.toml $(XLA_HOME)/.installed
-	ln -sfn $(XLA_HOME) .venv-xla
+	rm -rf .venv-xla && python3 -m venv .venv-xla
+	$(XLA_HOME)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
+	  > "$$($(XLA_PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/opmatrix-xla-cache.pth"
 	$(XLA_PY) -m pip install -q --disable-pip-version-check -e '.[test]'
 	touch $@
 
 test-xla: .venv-xla.stamp
-	@# the cache is shared by clones: reinstall when its editable opmatrix points at another one
-	@$(XLA_PY) -c 'import opmatrix, os, sys; sys.exit(os.path.dirname(os.path.dirname(os.path.realpath(opmatrix.__file__))) != os.path.realpath("."))' \
-	  || $(XLA_PY) -m pip install -q --disable-pip-version-check -e '.[test]'
 	PJRT_DEVICE=CPU $(XLA_PY) -m pytest -q $(XLA_TESTS)
 
 lint: setup

@@ -31,10 +31,14 @@ from opmatrix.schema import DeviceInfo, FallbackState
 
 from .base import Adapter, FallbackSeen, Rejection
 
-__all__ = ["FALLBACK_COUNTER_PREFIX", "XlaAdapter", "fallback_counts"]
+__all__ = ["FALLBACK_COUNTER_PREFIX", "HOST_SCALAR_READS", "XlaAdapter", "fallback_counts"]
 
 #: torch_xla names the counter of a host-fallback call after the ATen op; lowered ops are ``xla::``
 FALLBACK_COUNTER_PREFIX = "aten::"
+
+#: host scalar reads that torch_xla serves through its fallback (``.item()`` inside an op): reading a
+#: scalar to the host is a sync, not a compute fallback (design.md), so these counters are not evidence
+HOST_SCALAR_READS = frozenset({"aten::_local_scalar_dense", "aten::item"})
 
 #: XLA's status code for "no lowering for this input" (``UNIMPLEMENTED: ...``): a clean refusal
 _XLA_REJECT_FRAGMENTS = ("unimplemented:",)
@@ -161,7 +165,9 @@ class XlaAdapter(Adapter):
             self.synchronize()
         finally:
             after = fallback_counts()
-            grew = sorted(name for name, count in after.items() if count > before.get(name, 0))
+            grew = sorted(
+                name for name, count in after.items() if count > before.get(name, 0) and name not in HOST_SCALAR_READS
+            )
             if grew:
                 seen.state, seen.ops = FallbackState.observed, grew
 

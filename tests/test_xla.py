@@ -95,6 +95,15 @@ class TestAdapter:
             x + x
         assert (seen.state, seen.ops) == (FallbackState.not_observed, [])
 
+    def test_a_host_scalar_read_is_not_a_fallback(self, xla):
+        """torch_xla counts ``.item()`` as aten::_local_scalar_dense; the adapter does not call it a fallback."""
+        x = torch.tensor([3.0, 1.0], device=xla.device())
+        before = _aten_counters()
+        with xla.observe_fallback() as seen:
+            assert x.sum().item() == 4.0
+        assert _grown(before, _aten_counters()) == {"aten::_local_scalar_dense"}
+        assert (seen.state, seen.ops) == (FallbackState.not_observed, [])
+
 
 class TestPaths:
     """Probe paths agree with torch_xla's registrations and its own counters."""
