@@ -7,8 +7,9 @@ Each task goes to an idle worker; the worker reports ``progress`` before every u
 record when done. Silence past ``timeout`` seconds means the running unit *hung*; a dead worker
 means it *crashed* (signal and stderr tail recorded); a worker that reports a poisoned device is
 replaced. In every case the task is requeued with that unit marked, so its other units still
-run; after :data:`MAX_TASK_FAULTS` faults the rest of the task is recorded with the last fault
-without running. Each fault costs a worker restart; past ``max_restarts`` the run aborts.
+run; after :data:`MAX_TASK_FAULTS` faults the rest of the task is recorded with the last fault's
+outcome as not run (no signal; the message says so). Each fault costs a worker restart; past
+``max_restarts`` the run aborts.
 """
 
 from __future__ import annotations
@@ -391,7 +392,8 @@ class _Run:
         else:
             job.skip[unit] = skip
             if job.faults >= MAX_TASK_FAULTS:
-                job.skip_rest = skip
+                # the units left never run: recorded with the fault, but saying so and without a signal
+                job.skip_rest = Skip(skip.outcome, f"not run: the task faulted {job.faults} times; last: {first}")
         self.pending.appendleft(job)
 
     def _record(self, job: _Job, record: dict[str, Any], worker: int | None) -> None:
