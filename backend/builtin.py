@@ -52,7 +52,7 @@ class CpuAdapter(Adapter):
             "firmware": None,
             "isa": torch.backends.cpu.get_cpu_capability(),
             "stepping": None,
-            "backend_version": torch.__version__,
+            "backend_version": str(torch.__version__),
         }
 
     def compile_backend(self) -> Any:

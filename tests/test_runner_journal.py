@@ -199,3 +199,48 @@ def test_code_hash_follows_the_probe_sources(tmp_path: Path, monkeypatch: pytest
     (pkg / "engine.py").write_text("def handle(*a): return 1\n")
     assert code_hash(["probepkg.engine"]) != before
     assert code_hash(["no_such_pkg.engine"]) != code_hash(["other_missing.engine"])
+
+
+def test_unchanged_rerun_of_a_host_backend_starts_no_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """cpu's identity follows from the installed software: a re-run reuses all without a worker."""
+    options = {"op_source_hash": "abc"}
+
+    def again() -> object:
+        return run(
+            make_tasks(4), backend="cpu", out_dir=tmp_path, workers=1, handlers=HANDLERS, options=options, progress=False
+        )
+
+    first = again()
+    assert first.probed == 4 and first.startup_seconds is not None
+    keys = {r["task"]: r["evidence_key"] for r in _lines(tmp_path) if r["kind"] == "task"}
+
+    cached = again()
+    assert (cached.reused, cached.probed, cached.startup_seconds) == (4, 0, None)
+    assert {r["task"]: r["evidence_key"] for r in _lines(tmp_path) if r["kind"] == "task"} == keys
+    header = _lines(tmp_path)[0]
+    assert header["kind"] == "header" and header["evidence_key"] and header["evidence"]["torch_version"]
+
+    # a variable that steers the backend changes the fingerprint: a worker confirms the identity
+    monkeypatch.setenv("OPMATRIX_REFACCEL_DRIVER", "ok")
+    confirmed = again()
+    assert (confirmed.reused, confirmed.probed) == (4, 0) and confirmed.startup_seconds is not None
+
+
+def test_the_orchestrator_never_imports_torch(tmp_path: Path) -> None:
+    """Messages from workers hold plain values: the parent stays light (torch costs seconds of CPU)."""
+    code = (
+        "import sys\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        "from opmatrix.probes.runner import run\n"
+        "from tests.runner_handlers import HANDLERS, make_tasks\n"
+        "if __name__ == '__main__':\n"
+        f"    s = run(make_tasks(2), backend='cpu', out_dir={str(tmp_path)!r}, workers=1, handlers=HANDLERS,"
+        " progress=False)\n"
+        "    assert s.probed == 2, s\n"
+        "    print('torch' in sys.modules)\n"
+    )
+    script = tmp_path / "parent.py"
+    script.write_text(code)
+    done = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "False"

@@ -30,6 +30,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
+from .identity import IDENTITY_FILE, cached_identity, fingerprint, store_identity
 from .journal import Journal, JournalState, load_reusable, open_for_resume, rotate, task_key
 from .pool import WorkerHandle, exit_fault, spawn_worker
 from .progress import Progress
@@ -172,6 +173,7 @@ class _Run:
         self.max_restarts = max_restarts
         self.startup_failures = 0
         self.run_key: str | None = None
+        self.identity_cached = False
         self.workers: dict[int, WorkerHandle] = {}
 
         state = open_for_resume(self.path) if resume else JournalState()
@@ -189,6 +191,12 @@ class _Run:
         self.pending: deque[_Job] = deque(_Job(t) for t in tasks if t.id not in state.records)
         self.n_workers = max(1, min(workers, len(self.pending)))
         self.threads = threads or max(1, (os.cpu_count() or 1) // self.n_workers)
+        self.fingerprint = fingerprint(
+            backend, generation, devices=devices, kinds=self.kinds, handlers=handlers, options=options
+        )
+        cached = cached_identity(out_dir, self.fingerprint) if self.reusable and self.pending else None
+        if cached is not None:  # an unchanged host-identified backend: reuse without starting a worker
+            self._adopt(self._key(cached), cached)
 
     # -- workers -----------------------------------------------------------------------------
 
@@ -241,20 +249,31 @@ class _Run:
 
     # -- messages ----------------------------------------------------------------------------
 
-    def _on_ready(self, handle: WorkerHandle, identity: dict[str, str]) -> None:
-        handle.ready = True
-        handle.deadline = float("inf")
-        self.startup_failures = 0
-        key = (
+    def _key(self, identity: Mapping[str, Any]) -> str:
+        return (
             f"torch={identity['torch']}|{identity['adapter']}|ops={self.options.get('op_source_hash', '')}"
             f"|code={identity.get('code', '')}"
         )
+
+    def _on_ready(self, handle: WorkerHandle, identity: dict[str, Any]) -> None:
+        handle.ready = True
+        handle.deadline = float("inf")
+        self.startup_failures = 0
+        key = self._key(identity)
         if self.run_key is not None:
             if key != self.run_key:
                 self.progress.note(f"warning: worker {handle.slot} reports a different build: {key}")
+                if self.identity_cached:  # the fingerprint missed a change: never trust it again here
+                    (self.out_dir / IDENTITY_FILE).unlink(missing_ok=True)
             return
-        self.run_key = key
         self.summary.startup_seconds = round(time.monotonic() - self.started, 3)
+        store_identity(self.out_dir, self.fingerprint, identity)
+        self._adopt(key, identity)
+
+    def _adopt(self, key: str, identity: Mapping[str, Any]) -> None:
+        """Take the run's evidence key: write the header, reuse every task whose key is unchanged."""
+        self.run_key = key
+        self.identity_cached = self.summary.startup_seconds is None
         if self.resumed_header and self.resumed_header.get("evidence_key") != key:
             self.progress.note(
                 "warning: resuming a journal started with a different build; each record keeps its own evidence key"
@@ -273,7 +292,7 @@ class _Run:
                 keep.append(job)
         self.pending = keep
 
-    def _header(self, key: str, identity: dict[str, Any]) -> str:
+    def _header(self, key: str, identity: Mapping[str, Any]) -> str:
         """The journal's first line: the run, the backend identity, and the evidence block for merge."""
         import platform
 

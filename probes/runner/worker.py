@@ -127,16 +127,17 @@ def _setup(slot: int, spec: WorkerSpec) -> tuple[WorkerContext, dict[str, Any]]:
     adapter.setup()
     ctx = WorkerContext(adapter=adapter, index=slot, options=dict(spec.options), device=spec.device)
     identity = {
+        # plain str: a TorchVersion would make the parent import torch to unpickle this message
         "torch": f"{torch.__version__} git={getattr(torch.version, 'git_version', None)}",
         "adapter": adapter.evidence_key(),
         "code": code_hash(
             [type(adapter).__module__, *(spec.handlers[k].partition(":")[0] for k in spec.kinds if k in spec.handlers)]
         ),
-        "torch_version": torch.__version__,
+        "torch_version": str(torch.__version__),
         "torch_git": getattr(torch.version, "git_version", None),
         "device_type": adapter.device_type,
         "dispatch_key": adapter.dispatch_key,
-        "versions": adapter.versions(),
+        "versions": {k: None if v is None else str(v) for k, v in adapter.versions().items()},
     }
     return ctx, identity
 
