@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import time
+import traceback
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -407,9 +409,11 @@ def _probe_backward(st: _State, fn: Callable[..., Any], unit: _Unit, dtype: torc
     except Exception as exc:  # noqa: BLE001 - classified narrowly just below
         fault = _fault_from_exception(st, unit_id, exc)
         return Autograd(path=ExecPath.rejected, outcome=fault or Outcome.ok)
-    path = _backward_path(st, [e.name for e in prof.events()], seen)
     if got is None:
-        return Autograd(path=path, outcome=Outcome.wrong)
+        # the CPU computes gradients for this input, the device's outputs carry no grad_fn: the
+        # backward never ran (so the profiler never started) and autograd is broken on the device
+        return Autograd(path=ExecPath.rejected, outcome=Outcome.wrong)
+    path = _backward_path(st, [e.name for e in prof.events()], seen)
     if st.adapter.device_type == "meta":
         return Autograd(path=path, outcome=Outcome.ok)
     rtol, atol = tolerance_for(unit.overload, dtype)
@@ -573,6 +577,13 @@ def _skip_result(unit: _Unit, mode: Mode, outcome: str, message: str, signal: st
                         error=ErrorInfo(type=outcome, message=message[:500], actionable=False, signal=signal))
 
 
+def _where(exc: BaseException) -> str:
+    """An engine failure's message with the line that raised it (a bare assert says nothing)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    at = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno} in {frames[-1].name})" if frames else ""
+    return f"{type(exc).__name__}: {str(exc)[:400]}{at}"
+
+
 def probe_task(adapter_or_ctx: Any, source: str, dtype_name: str, *, options: Mapping[str, Any] | None = None,
                progress: Callable[[str], None] | None = None, skip: Mapping[str, Any] | None = None,
                skip_rest: Any = None) -> TaskRecord:
@@ -621,7 +632,7 @@ def probe_task(adapter_or_ctx: Any, source: str, dtype_name: str, *, options: Ma
             eager = SampleResult(op=unit.overload, rank=unit.rank, layout=unit.layout, mode=Mode.eager,
                                  path=ExecPath.rejected, outcome=Outcome.error, features=unit.features,
                                  error=ErrorInfo(type=type(exc).__name__, actionable=False,
-                                                 message=f"opmatrix could not probe this sample: {str(exc)[:400]}"))
+                                                 message=f"opmatrix could not probe this sample: {_where(exc)}"))
         results.append(eager)
         unavailable = eager.path is ExecPath.rejected and eager.outcome is Outcome.ok
         representative = (
