@@ -244,3 +244,14 @@ def test_the_orchestrator_never_imports_torch(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_tasks_an_earlier_run_timed_go_longest_first(tmp_path: Path) -> None:
+    """A long task started last idles every other worker: known durations schedule it first."""
+    timed = {"t1|float32": 5.0, "t3|float32": 9.0, "t0|float32": 1.0}  # t2 was never timed
+    lines = [json.dumps({"kind": "header", "backend": "cpu", "planned": 4})]
+    lines += [json.dumps({"kind": "task", "task": t, "outcome": "crashed", "seconds": s}) for t, s in timed.items()]
+    (tmp_path / "journal.jsonl").write_text("\n".join(lines) + "\n")
+    summary = run(make_tasks(4), backend="cpu", out_dir=tmp_path, workers=1, handlers=HANDLERS, progress=False)
+    assert summary.probed == 4  # faulted records are timed, never reused
+    assert _task_ids(tmp_path) == ["t2|float32", "t3|float32", "t1|float32", "t0|float32"]

@@ -88,9 +88,11 @@ def open_for_resume(path: Path) -> JournalState:
     return state
 
 
-def load_reusable(out_dir: Path) -> dict[str, str]:
-    """Evidence key -> record line, from the journal and its ``.prev`` in ``out_dir``."""
+def load_reusable(out_dir: Path) -> tuple[dict[str, str], dict[str, float]]:
+    """From the journal and its ``.prev`` in ``out_dir``: evidence key -> record line, and the
+    seconds each task id took last time (for scheduling the longest first)."""
     found: dict[str, str] = {}
+    seconds: dict[str, float] = {}
     for name in ("journal.jsonl" + PREV_SUFFIX, "journal.jsonl"):  # newer wins
         path = out_dir / name
         if not path.exists():
@@ -99,13 +101,15 @@ def load_reusable(out_dir: Path) -> dict[str, str]:
             state, _ = _scan(path)
         except ValueError:
             continue  # an unreadable old journal only costs re-probing
-        for line in state.records.values():
+        for task_id, line in state.records.items():
             record = json.loads(line)
             key = record.get("evidence_key")
+            if isinstance(record.get("seconds"), (int, float)):
+                seconds[task_id] = float(record["seconds"])
             # a fault (crash, hang, ...) may be transient: probe it again rather than keep it forever
             if key and record.get("outcome", "ok") in ("ok", "wrong"):
                 found[key] = line
-    return found
+    return found, seconds
 
 
 def rotate(path: Path) -> None:

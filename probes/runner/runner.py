@@ -180,7 +180,7 @@ class _Run:
         if not resume:
             rotate(self.path)
         self.resumed_header = state.header
-        self.reusable = load_reusable(out_dir)
+        self.reusable, past_seconds = load_reusable(out_dir)
         self.journal = Journal(self.path)
         self.progress = Progress(len(tasks), enabled=progress)
         planned_ids = {t.id for t in tasks}
@@ -188,7 +188,11 @@ class _Run:
             if task_id in planned_ids:
                 self.summary.resumed += 1
                 self.progress.add(json.loads(line), fresh=False)
-        self.pending: deque[_Job] = deque(_Job(t) for t in tasks if t.id not in state.records)
+        # longest first where an earlier run timed the task (a long task started last idles the
+        # other workers); tasks never timed go first, in plan order
+        todo = [t for t in tasks if t.id not in state.records]
+        todo.sort(key=lambda t: -past_seconds.get(t.id, float("inf")))
+        self.pending: deque[_Job] = deque(_Job(t) for t in todo)
         self.n_workers = max(1, min(workers, len(self.pending)))
         self.threads = threads or max(1, (os.cpu_count() or 1) // self.n_workers)
         self.fingerprint = fingerprint(
