@@ -54,7 +54,7 @@ def naive(ops: list[str], dtypes: list[str]) -> dict[str, float]:
 
 def runner(ops: list[str], dtypes: list[str], workers: int, out: str) -> dict[str, float]:
     """Probe the same plan through the runner."""
-    from opmatrix.probes.ops.engine import task_id
+    from opmatrix.probes.ops import task_id  # not the engine: the parent stays free of torch
     from opmatrix.probes.runner import Task, run
 
     tasks = [

@@ -51,7 +51,7 @@ def _validate_names(values: list[str] | None, allowed: list[str], flag: str) -> 
 
 def plan_op_tasks(sources: list[str], dtypes: list[str], options: dict[str, Any]) -> list[Any]:
     """One ``op`` task per (OpInfo, dtype), in a stable order."""
-    from opmatrix.probes.ops.engine import task_id
+    from opmatrix.probes.ops import task_id
     from opmatrix.probes.runner import Task
 
     tasks = []

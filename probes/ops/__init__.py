@@ -1,1 +1,6 @@
-"""opmatrix.probes.ops: see design.md."""
+"""opmatrix.probes.ops: see design.md. The engine (``.engine``) imports torch; this module does not."""
+
+
+def task_id(source: str, dtype: str) -> str:
+    """Stable id of an operator probe task (what the runner's journal, resume and reuse match on)."""
+    return f"{source}|{dtype}"

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from opmatrix.backend import Adapter
+from opmatrix.probes.ops import task_id
 from opmatrix.schema import (
     TENSOR,
     Autograd,
@@ -70,11 +71,6 @@ class ProbeOptions:
         else:
             d.pop("layouts", None)
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
-
-
-def task_id(source: str, dtype: str) -> str:
-    """Stable id of a probe task."""
-    return f"{source}|{dtype}"
 
 
 class _Poisoned(Exception):
