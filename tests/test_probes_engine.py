@@ -177,3 +177,51 @@ def test_conjugate_views_keep_their_values_in_every_layout(cpu):
     # drop the conjugate bit (that once turned CPU-vs-CPU addmm into "wrong")
     rec = probe_task(cpu, "addmm", "complex64", options={"compile": "off", "autograd": False})
     assert rec.cells and {c.result.outcome for c in rec.cells} == {Outcome.ok}
+
+
+def test_outputs_defined_up_to_sign_are_compared_as_opinfo_compares_them() -> None:
+    """A device's SVD may flip singular-vector signs: valid, so not wrong (output_process_fn_grad)."""
+    from opmatrix.probes.ops import engine
+    from opmatrix.probes.ops.source import generate_samples
+
+    (entry,) = [e for e in select_ops(["linalg.svd"]) if e.full_name == "linalg.svd"]
+    checked = caught = 0
+    for sample in generate_samples(entry, torch.float64):
+        a = sample.input
+        if a.dim() != 2 or min(a.shape) < 2:
+            continue
+        unit = engine._Unit("0", Layout.contiguous, ((a,), (), dict(sample.kwargs)), None, 2, "aten.linalg_svd.default",
+                            {}, post=sample.output_process_fn_grad)
+        unit.cpu_values = (a, (), dict(sample.kwargs))
+        ref = engine._reference(entry.info.op, unit.cpu_values, torch.float64, unit.post)
+        u, s, vh = torch.linalg.svd(a, **sample.kwargs)
+        signs = torch.tensor([(-1.0) ** i for i in range(s.shape[-1])], dtype=a.dtype)
+        k = s.shape[-1]
+        flipped = (u[:, :k] * signs, s, vh[:k] * signs[:, None])  # another valid SVD
+        if u.shape[1] > k:
+            flipped = (torch.cat([flipped[0], u[:, k:]], 1), s, torch.cat([flipped[2], vh[k:]], 0) if vh.shape[0] > k else flipped[2])
+        raw_ok, _ = engine._judge(engine._Reference(engine._to_cpu(torch.linalg.svd(a, **sample.kwargs)), None),
+                                  flipped, unit.overload, torch.float64, True)
+        post_ok, _ = engine._judge(ref, engine._post(unit, flipped)[0], unit.overload, torch.float64, True)
+        assert not raw_ok and post_ok
+        wrong = (flipped[0], s * 1.01, flipped[2])
+        caught += not engine._judge(ref, engine._post(unit, wrong)[0], unit.overload, torch.float64, True)[0]
+        checked += 1
+    # each sample compares one aspect (U, S, Vh or U @ Vh with S): wrong singular values are caught
+    assert checked >= 4 and caught >= checked // 2
+
+
+def test_opinfo_declared_random_or_undefined_outputs_are_not_compared() -> None:
+    """svd_lowrank is randomised, shifts past the bit width are undefined; sdpa is only per sample."""
+    from opmatrix.probes.ops.source import values_undefined
+
+    def entry(name: str):  # noqa: ANN202
+        return next(e for e in select_ops([name]) if e.full_name == name)
+
+    assert "non-deterministic" in (values_undefined(entry("svd_lowrank"), torch.float32) or "")
+    assert "undefined" in (values_undefined(entry("bitwise_left_shift"), torch.int64) or "")
+    assert values_undefined(entry("add"), torch.float32) is None
+    assert values_undefined(entry("nn.functional.scaled_dot_product_attention"), torch.float32) is None
+    record = probe_task(get_adapter("cpu"), "svd_lowrank", "float32", options={"compile": "off", "layouts": ["contiguous"]})
+    assert record.cells and all(c.result.outcome is Outcome.ok for c in record.cells)
+    assert all("values not compared" in (c.result.note or "") for c in record.cells)

@@ -129,7 +129,7 @@ def _result(samples: list[SampleResult], conditions: dict[str, str]) -> CellResu
     outcome = max(s.outcome for s in samples)
     errors = [s.error for s in samples if s.error is not None]
     components = sorted({c for s in samples for c in s.components})
-    notes = sorted({s.note for s in samples if s.note})
+    notes = sorted({part for s in samples if s.note for part in s.note.split("; ")})
     return CellResult(
         path=worst,
         outcome=outcome,

@@ -44,7 +44,7 @@ from . import observe
 from .cells import SampleResult, cells_from_samples
 from .layouts import Variant, map_values, primary_tensor, to_device, transform_sample
 from .numerics import Comparison, compare, dtype_mismatch, tolerance_for, upcast_dtype, values_comparable
-from .source import OpEntry, all_ops, generate_samples
+from .source import OpEntry, all_ops, generate_samples, values_undefined
 
 __all__ = ["ProbeOptions", "handle", "probe_task", "task_id"]
 
@@ -201,15 +201,34 @@ class _Reference:
     upcast: Any | None
 
 
-def _reference(fn: Callable[..., Any], cpu_values: Any, dtype: torch.dtype) -> _Reference:
-    same = _call(fn, cpu_values)
-    same = _to_cpu(same)
+def _identity(out: Any) -> Any:
+    return out
+
+
+def _reference(fn: Callable[..., Any], cpu_values: Any, dtype: torch.dtype, post: Callable[[Any], Any] = _identity
+               ) -> _Reference:
+    """The CPU's outputs, through the sample's ``post`` (see :func:`_post`), at the dtype and upcast."""
+    same = post(_to_cpu(_call(fn, cpu_values)))
     up = upcast_dtype(dtype)
     upcast = None
     if up is not None:
         with contextlib.suppress(Exception):
-            upcast = _to_cpu(_call(fn, _upcast(cpu_values, dtype, up)))
+            upcast = post(_to_cpu(_call(fn, _upcast(cpu_values, dtype, up))))
     return _Reference(same, upcast)
+
+
+def _post(unit: _Unit, out: Any) -> tuple[Any, str | None]:
+    """The device's outputs as OpInfo compares them: through the sample's output_process_fn_grad.
+
+    OpInfo's name for it is unfortunate: linalg samples use it to make outputs that are defined
+    only up to sign or phase comparable (singular and eigen vectors: ``U.abs()``, ``U @ Vh``),
+    exactly as PyTorch's own ``test_compare_cpu`` does; for most samples it is the identity.
+    Returns the processed outputs, or the raw ones and why processing failed (then wrong).
+    """
+    try:
+        return unit.post(out), None
+    except Exception as exc:  # noqa: BLE001 - the device's outputs have another structure
+        return out, f"OpInfo's output processing failed on the device's outputs: {type(exc).__name__}: {str(exc)[:200]}"
 
 
 def _judge(ref: _Reference, out: Any, op: str, dtype: torch.dtype, comparable: bool) -> tuple[bool, Any]:
@@ -260,6 +279,8 @@ class _Unit:
     rank: int
     overload: str
     features: dict[str, str]
+    post: Callable[[Any], Any] = _identity  # the sample's output_process_fn_grad
+    undefined: str | None = None  # why the values cannot be compared (OpInfo; dropout_p > 0)
 
 
 def _device_values(unit: _Unit, device: Any) -> Any:
@@ -313,14 +334,19 @@ def _probe_eager(st: _State, entry: OpEntry, unit: _Unit, dtype: torch.dtype, op
     path, comps, note = _classify(st, unit.overload, leaf, seen)
     result.path, result.components, result.note = path, comps, note
     result.fallback, result.fallback_ops, result.fallback_source = seen.state, list(seen.ops), seen.source
-    comparable = st.adapter.device_type != "meta" and values_comparable(unit.overload)
+    comparable = st.adapter.device_type != "meta" and values_comparable(unit.overload) and unit.undefined is None
+    if unit.undefined is not None:
+        result.note = "; ".join(filter(None, [result.note, unit.undefined]))
+    out, broken = _post(unit, out)
     ok, (res, rtol, atol, kind) = _judge(ref, out, unit.overload, dtype, comparable)
+    if broken is not None:
+        ok, res.detail = False, broken
     if comparable:
         result.rtol, result.atol, result.reference = rtol, atol, kind
         result.max_abs, result.max_rel = res.max_abs, res.max_rel
-    if not ok and opts.retry_wrong:
+    if not ok and opts.retry_wrong and broken is None:
         out2, _, _ = _run_device(st, fn, _device_values(unit, device), False)
-        ok2, _ = _judge(ref, out2, unit.overload, dtype, comparable)
+        ok2, _ = _judge(ref, _post(unit, out2)[0], unit.overload, dtype, comparable)
         if ok2:
             result.flaky = True
     result.outcome = Outcome.ok if ok else Outcome.wrong
@@ -349,12 +375,14 @@ def _grad_inputs(values: Any, dtype: torch.dtype) -> tuple[Any, list[torch.Tenso
     return _map(values, leaf), leaves
 
 
-def _backward(fn: Callable[..., Any], values: Any, dtype: torch.dtype, recorder: Any = None) -> list[Any] | None:
-    """Gradients of ``fn`` at ``values``; ``recorder`` (a context, if given) wraps only the backward."""
+def _backward(fn: Callable[..., Any], values: Any, dtype: torch.dtype, recorder: Any = None,
+              post: Callable[[Any], Any] = _identity) -> list[Any] | None:
+    """Gradients of ``post(fn(values))``, as gradcheck takes them; ``recorder`` (a context, if
+    given) wraps only the backward."""
     vals, leaves = _grad_inputs(values, dtype)
     if not leaves:
         return None
-    out = _call(fn, vals)
+    out = post(_call(fn, vals))
     outs = [o for o in (out if isinstance(out, (tuple, list)) else [out])
             if isinstance(o, torch.Tensor) and o.requires_grad]
     if not outs:
@@ -391,7 +419,7 @@ def _backward_path(st: _State, names: list[str], seen: Any) -> ExecPath:
 
 def _probe_backward(st: _State, fn: Callable[..., Any], unit: _Unit, dtype: torch.dtype) -> Autograd | None:
     try:
-        expected = _backward(fn, unit.cpu_values, dtype)
+        expected = _backward(fn, unit.cpu_values, dtype, post=unit.post)
     except Exception:  # noqa: BLE001 - no CPU reference gradient: nothing to compare
         return None
     if expected is None:
@@ -400,7 +428,7 @@ def _probe_backward(st: _State, fn: Callable[..., Any], unit: _Unit, dtype: torc
     prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
     try:
         with st.adapter.observe_fallback() as seen:
-            got = _backward(fn, _device_values(unit, st.adapter.device()), dtype, prof)
+            got = _backward(fn, _device_values(unit, st.adapter.device()), dtype, prof, post=unit.post)
         st.adapter.synchronize()
     except Exception as exc:  # noqa: BLE001 - classified narrowly just below
         fault = _fault_from_exception(st, unit_id, exc)
@@ -467,8 +495,13 @@ def _probe_compile(st: _State, entry: OpEntry, unit: _Unit, dtype: torch.dtype, 
         # no aten op at all: the graph ran as one backend executable (XLA), opaque to the profiler
         result.note = "the compiled graph ran the op itself" if ran else "the compiled graph ran as one opaque executable"
     result.fallback, result.fallback_ops, result.fallback_source = seen.state, list(seen.ops), seen.source
-    comparable = st.adapter.device_type != "meta" and values_comparable(unit.overload)
+    comparable = st.adapter.device_type != "meta" and values_comparable(unit.overload) and unit.undefined is None
+    if unit.undefined is not None:
+        result.note = "; ".join(filter(None, [result.note, unit.undefined]))
+    out, broken = _post(unit, out)
     ok, (res, rtol, atol, kind) = _judge(ref, out, unit.overload, dtype, comparable)
+    if broken is not None:
+        ok, res.detail = False, broken
     if comparable:
         result.rtol, result.atol, result.reference = rtol, atol, kind
         result.max_abs, result.max_rel = res.max_abs, res.max_rel
@@ -539,7 +572,8 @@ def _arg_variants(overload: str, base: Any) -> list[Any]:
     return out
 
 
-def _units(st: _State, entry: OpEntry, samples: list[Any], opts: ProbeOptions) -> Iterator[_Unit]:
+def _units(st: _State, entry: OpEntry, samples: list[Any], opts: ProbeOptions, undefined: str | None
+           ) -> Iterator[_Unit]:
     seen_dims: set[Any] = set()
     for i, s in enumerate(samples):
         first = (s.input, tuple(s.args), dict(s.kwargs))
@@ -551,8 +585,16 @@ def _units(st: _State, entry: OpEntry, samples: list[Any], opts: ProbeOptions) -
             if key not in seen_dims:
                 seen_dims.add(key)
                 bases.append((f"{i}.{k + 1}", v))
+        post = getattr(s, "output_process_fn_grad", None) or _identity
+        random = "values not compared: dropout_p > 0 makes them random" if _number(s.kwargs.get("dropout_p")) > 0 else None
         for index, base in bases:
-            yield from _layout_units(st, entry, index, base, opts, overload0)
+            for unit in _layout_units(st, entry, index, base, opts, overload0):
+                unit.post, unit.undefined = post, undefined or random
+                yield unit
+
+
+def _number(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
 
 
 def _layout_units(st: _State, entry: OpEntry, index: str, base: Any, opts: ProbeOptions,
@@ -605,9 +647,9 @@ def probe_task(adapter_or_ctx: Any, source: str, dtype_name: str, *, options: Ma
     compile_done: dict[Any, bool] = {}
     representative_done = False
     invalid = 0
-    for unit in _units(st, entry, samples, opts):
+    for unit in _units(st, entry, samples, opts, values_undefined(entry, dtype)):
         try:
-            ref = _reference(entry.info.op, unit.cpu_values, dtype)
+            ref = _reference(entry.info.op, unit.cpu_values, dtype, unit.post)
         except Exception:  # noqa: BLE001 - the CPU itself rejects this input: not a device cell
             invalid += 1
             continue

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["OpEntry", "UnknownOp", "all_ops", "generate_samples", "select_ops", "source_hash"]
+__all__ = ["OpEntry", "UnknownOp", "all_ops", "generate_samples", "select_ops", "source_hash", "values_undefined"]
 
 
 class UnknownOp(ValueError):
@@ -99,3 +99,35 @@ def generate_samples(entry: OpEntry, dtype: Any, *, seed: int = 0, limit: int | 
             break
         samples.append(s)
     return samples
+
+
+def _skip_reason(decorator: Any) -> str | None:
+    """The reason string a ``unittest.skip(reason)`` decorator closes over, if it is one."""
+    cells = getattr(decorator, "__closure__", None) or ()
+    reasons = [c.cell_contents for c in cells if isinstance(c.cell_contents, str)]
+    return reasons[0] if reasons else None
+
+
+def values_undefined(entry: OpEntry, dtype: Any) -> str | None:
+    """Why OpInfo says this op's outputs cannot be compared with the CPU's, on any device.
+
+    PyTorch's ``test_compare_cpu`` (device vs CPU, the comparison opmatrix makes) is skipped for
+    ops whose values are random (``svd_lowrank``, ``fractional_max_pool2d``, ``rrelu``) or
+    undefined for some inputs (shifts past the bit width, overflowing casts, ``unique`` order).
+    Those skips, when they hold for every device and this dtype, are read here: the probe then
+    compares shapes and dtypes only and says why. A skip that holds only under a condition
+    ("when dropout_p > 0") is left to the sample (see the engine).
+    """
+    for info in getattr(entry.info, "decorators", None) or ():
+        if getattr(info, "cls_name", None) != "TestCommon" or getattr(info, "test_name", None) != "test_compare_cpu":
+            continue
+        if getattr(info, "device_type", None) is not None or not getattr(info, "active_if", True):
+            continue
+        dtypes = getattr(info, "dtypes", None)
+        if dtypes is not None and dtype not in dtypes:
+            continue
+        for decorator in getattr(info, "decorators", ()):
+            reason = _skip_reason(decorator)
+            if reason and ("non-deterministic" in reason or "undefined" in reason) and "when" not in reason:
+                return f"values not compared: OpInfo skips the CPU comparison ({reason})"
+    return None
