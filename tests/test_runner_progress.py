@@ -42,3 +42,13 @@ def test_disabled_progress_prints_nothing() -> None:
     progress.add({"kind": "task", "cells": [_cell("native", "ok")]}, fresh=True)
     progress.tick(final=True)
     assert out.getvalue() == "" and progress.paths["native"] == 1
+
+
+def test_eta_weighs_the_tasks_left_by_their_earlier_times() -> None:
+    """One long task left is most of the run: the ETA says so, scaled by this run's pace."""
+    progress = Progress(4, stream=io.StringIO(), expected={"a": 10.0, "b": 100.0, "c": 10.0}, workers=2)
+    progress.add({"kind": "task", "task": "a", "seconds": 20.0, "cells": []}, fresh=True)  # 2x slower today
+    # left: b (100 s) and c (10 s) known, d unknown (the known mean, 55 s): 2 x 165 s / 2 workers
+    assert "ETA 2m45s" in progress.line()
+    progress.add({"kind": "task", "task": "b", "seconds": 200.0, "cells": []}, fresh=True)
+    assert "ETA 20s" in progress.line()  # 2 x (10 + 10) / 2

@@ -12,6 +12,7 @@ import os
 import sys
 import time
 from collections import Counter
+from collections.abc import Mapping
 from typing import IO, Any
 
 __all__ = ["Progress", "count_record"]
@@ -51,8 +52,22 @@ def _duration(seconds: float) -> str:
 class Progress:
     """Tracks finished tasks and draws them; ``enabled=False`` keeps the counts silently."""
 
-    def __init__(self, total: int, *, enabled: bool = True, stream: IO[str] | None = None, interval: float = 10.0):
+    def __init__(
+        self,
+        total: int,
+        *,
+        enabled: bool = True,
+        stream: IO[str] | None = None,
+        interval: float = 10.0,
+        expected: Mapping[str, float] | None = None,
+        workers: int = 1,
+    ):
+        """``expected``: seconds an earlier run took per task id; with them the ETA weighs each
+        task left by its own time (one long task can be most of a run) instead of the mean rate."""
         self.total = total
+        self.expected = dict(expected or {})
+        self.workers = workers
+        self._timed = [0.0, 0.0]  # (actual, expected) seconds of the fresh tasks that had a time
         self.done = 0
         self.fresh = 0  # finished by this run's workers (the rate counts only these)
         self.cells = 0
@@ -70,6 +85,10 @@ class Progress:
         """Count one finished record (``fresh``: probed now, not resumed or reused)."""
         self.done += 1
         self.fresh += int(fresh)
+        before = self.expected.pop(str(record.get("task")), None)
+        if fresh and before and isinstance(record.get("seconds"), (int, float)):
+            self._timed[0] += float(record["seconds"])
+            self._timed[1] += before
         paths, outcomes = count_record(record)
         self.cells += len(record.get("cells") or [])
         self.paths.update(paths)
@@ -81,6 +100,11 @@ class Progress:
         rate = self.fresh / elapsed
         left = self.total - self.done
         eta = _duration(left / rate) if rate > 0 and left else "-"
+        if left and self.expected and self._timed[1] > 0:
+            # the tasks left by their earlier times, scaled by how this run compares so far
+            known = sum(self.expected.values())
+            unknown = max(left - len(self.expected), 0) * known / len(self.expected)
+            eta = _duration(self._timed[0] / self._timed[1] * (known + unknown) / max(self.workers, 1))
         paths = " ".join(f"{p} {n}" for p, n in sorted(self.paths.items()))
         faults = " ".join(f"{o} {self.outcomes[o]}" for o in _SHOWN_OUTCOMES if self.outcomes[o])
         text = f"{self.done}/{self.total} tasks  {self.cells} cells  {rate:.1f} task/s  ETA {eta}"

@@ -181,8 +181,13 @@ class _Run:
             rotate(self.path)
         self.resumed_header = state.header
         self.reusable, past_seconds = load_reusable(out_dir)
+        self.progress = Progress(
+            len(tasks),
+            enabled=progress,
+            expected={t.id: past_seconds[t.id] for t in tasks if t.id in past_seconds},
+            workers=max(1, min(workers, len(tasks))),
+        )
         self.journal = Journal(self.path)
-        self.progress = Progress(len(tasks), enabled=progress)
         planned_ids = {t.id for t in tasks}
         for task_id, line in state.records.items():
             if task_id in planned_ids:
