@@ -43,7 +43,7 @@ from opmatrix.schema import (
 from . import observe
 from .cells import SampleResult, cells_from_samples
 from .layouts import Variant, map_values, primary_tensor, to_device, transform_sample
-from .numerics import Comparison, compare, dtype_mismatch, tolerance_for, upcast_dtype, values_comparable
+from .numerics import Comparison, compare, dtype_mismatch, leaves, tolerance_for, upcast_dtype, values_comparable
 from .source import OpEntry, all_ops, generate_samples, values_undefined
 
 __all__ = ["ProbeOptions", "handle", "probe_task", "task_id"]
@@ -228,7 +228,9 @@ def _post(unit: _Unit, out: Any) -> tuple[Any, str | None]:
     try:
         return unit.post(out), None
     except Exception as exc:  # noqa: BLE001 - the device's outputs have another structure
-        return out, f"OpInfo's output processing failed on the device's outputs: {type(exc).__name__}: {str(exc)[:200]}"
+        shapes = ", ".join(str(tuple(t.shape)) for t in leaves(out) if isinstance(t, torch.Tensor))
+        return out, (f"the device's outputs (shapes {shapes}) fail OpInfo's output processing, which the CPU's pass: "
+                     f"{type(exc).__name__}: {str(exc)[:160]}")
 
 
 def _judge(ref: _Reference, out: Any, op: str, dtype: torch.dtype, comparable: bool) -> tuple[bool, Any]:

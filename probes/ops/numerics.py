@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import yaml
 
-__all__ = ["Comparison", "compare", "dtype_mismatch", "tolerance_for", "upcast_dtype", "values_comparable"]
+__all__ = ["Comparison", "compare", "dtype_mismatch", "leaves", "tolerance_for", "upcast_dtype", "values_comparable"]
 
 _LOW_PRECISION = {torch.float16: torch.float32, torch.bfloat16: torch.float32, torch.complex32: torch.complex64}
 
@@ -69,13 +69,13 @@ class Comparison:
     detail: str = ""
 
 
-def _leaves(obj: Any) -> list[Any]:
+def leaves(obj: Any) -> list[Any]:
     if isinstance(obj, torch.Tensor) or obj is None or isinstance(obj, (bool, int, float, complex)):
         return [obj]
     if isinstance(obj, (tuple, list)):
         out: list[Any] = []
         for o in obj:
-            out.extend(_leaves(o))
+            out.extend(leaves(o))
         return out
     if isinstance(obj, torch.Size):
         return [tuple(obj)]
@@ -84,7 +84,7 @@ def _leaves(obj: Any) -> list[Any]:
 
 def dtype_mismatch(actual: Any, expected: Any) -> str | None:
     """Where the device's output dtypes differ from the same-dtype reference's, if anywhere."""
-    for i, (a, e) in enumerate(zip(_leaves(actual), _leaves(expected), strict=False)):
+    for i, (a, e) in enumerate(zip(leaves(actual), leaves(expected), strict=False)):
         if isinstance(a, torch.Tensor) and isinstance(e, torch.Tensor) and a.dtype != e.dtype:
             return f"output {i} dtype {str(a.dtype).removeprefix('torch.')}, reference {str(e.dtype).removeprefix('torch.')}"
     return None
@@ -92,7 +92,7 @@ def dtype_mismatch(actual: Any, expected: Any) -> str | None:
 
 def compare(actual: Any, expected: Any, rtol: float, atol: float, *, values: bool = True) -> Comparison:
     """Compare (CPU copies of) device outputs with the reference outputs."""
-    a_leaves, e_leaves = _leaves(actual), _leaves(expected)
+    a_leaves, e_leaves = leaves(actual), leaves(expected)
     if len(a_leaves) != len(e_leaves):
         return Comparison(False, detail=f"{len(a_leaves)} outputs, reference has {len(e_leaves)}")
     max_abs = 0.0
