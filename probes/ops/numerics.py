@@ -70,6 +70,7 @@ class Comparison:
 
 
 def leaves(obj: Any) -> list[Any]:
+    """A call's outputs, flattened: tensors, numbers, None and shapes (as tuples), in order."""
     if isinstance(obj, torch.Tensor) or obj is None or isinstance(obj, (bool, int, float, complex)):
         return [obj]
     if isinstance(obj, (tuple, list)):
