@@ -430,7 +430,9 @@ class _Run:
         if record.get("kind") == "task":
             record["attempts"] = max(job.attempts, 1)
             record["worker"] = worker
-            if not record.get("seconds"):
+            if not record.get("seconds") or job.attempts > 1:
+                # a task that faulted ran over several workers: its time is all of them (the
+                # handler knows only its last attempt), which is what scheduling needs next time
                 record["seconds"] = round(time.monotonic() - job.started, 3)
         self.journal.append(json.dumps(record, separators=(",", ":"), ensure_ascii=False))
         self.summary.probed += 1
