@@ -27,7 +27,14 @@ import sys
 import tempfile
 import time
 
-OPS = "add,mul,sub,div,sum,mean,softmax,log_softmax,exp,log,cumsum,mm,bmm,addmm,sort,topk,amax,clamp"
+# enough work (about a minute of probing on 2 cores) that the ratios measure the runner, not the
+# few seconds every process pays to import torch and OpInfo
+OPS = (
+    "add,mul,sub,div.no_rounding_mode,sum,mean,softmax,log_softmax,exp,log,cumsum,mm,bmm,addmm,sort,topk,"
+    "amax,clamp,where,lerp,addcmul,index_select,gather,cat,stack,nn.functional.linear,nn.functional.conv2d,"
+    "nn.functional.layer_norm,nn.functional.gelu,nn.functional.max_pool2d,var,std,prod,argmax,masked_fill,"
+    "matmul,einsum,flip,roll,tril"
+)
 DTYPES = "float32,float64,bfloat16,int64"
 OPTIONS = {"compile": "off"}
 
