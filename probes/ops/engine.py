@@ -315,6 +315,26 @@ def _fault_from_exception(st: _State, unit_id: str, exc: BaseException) -> Outco
     return Outcome.oom if verdict.outcome == "oom" else Outcome.error
 
 
+def _check_values(st: _State, unit: _Unit, ref: _Reference, out: Any, dtype: torch.dtype, result: SampleResult
+                  ) -> tuple[bool, Comparison, bool, str | None]:
+    """Judge a call's outputs against the reference and record the numerics on ``result``.
+
+    Returns (ok, the comparison, whether values were compared, why OpInfo's output processing
+    failed on the device's outputs or None).
+    """
+    comparable = st.adapter.device_type != "meta" and values_comparable(unit.overload) and unit.undefined is None
+    if unit.undefined is not None:
+        result.note = "; ".join(filter(None, [result.note, unit.undefined]))
+    out, broken = _post(unit, out)
+    ok, (res, rtol, atol, kind) = _judge(ref, out, unit.overload, dtype, comparable)
+    if broken is not None:
+        ok, res.detail = False, broken
+    if comparable:
+        result.rtol, result.atol, result.reference = rtol, atol, kind
+        result.max_abs, result.max_rel = res.max_abs, res.max_rel
+    return ok, res, comparable, broken
+
+
 def _probe_eager(st: _State, entry: OpEntry, unit: _Unit, dtype: torch.dtype, opts: ProbeOptions,
                  ref: _Reference, autograd_budget: dict[Any, int]) -> SampleResult:
     fn = entry.info.op
@@ -336,16 +356,7 @@ def _probe_eager(st: _State, entry: OpEntry, unit: _Unit, dtype: torch.dtype, op
     path, comps, note = _classify(st, unit.overload, leaf, seen)
     result.path, result.components, result.note = path, comps, note
     result.fallback, result.fallback_ops, result.fallback_source = seen.state, list(seen.ops), seen.source
-    comparable = st.adapter.device_type != "meta" and values_comparable(unit.overload) and unit.undefined is None
-    if unit.undefined is not None:
-        result.note = "; ".join(filter(None, [result.note, unit.undefined]))
-    out, broken = _post(unit, out)
-    ok, (res, rtol, atol, kind) = _judge(ref, out, unit.overload, dtype, comparable)
-    if broken is not None:
-        ok, res.detail = False, broken
-    if comparable:
-        result.rtol, result.atol, result.reference = rtol, atol, kind
-        result.max_abs, result.max_rel = res.max_abs, res.max_rel
+    ok, res, comparable, broken = _check_values(st, unit, ref, out, dtype, result)
     if not ok and opts.retry_wrong and broken is None:
         out2, _, _ = _run_device(st, fn, _device_values(unit, device), False)
         ok2, _ = _judge(ref, _post(unit, out2)[0], unit.overload, dtype, comparable)
@@ -497,16 +508,7 @@ def _probe_compile(st: _State, entry: OpEntry, unit: _Unit, dtype: torch.dtype, 
         # no aten op at all: the graph ran as one backend executable (XLA), opaque to the profiler
         result.note = "the compiled graph ran the op itself" if ran else "the compiled graph ran as one opaque executable"
     result.fallback, result.fallback_ops, result.fallback_source = seen.state, list(seen.ops), seen.source
-    comparable = st.adapter.device_type != "meta" and values_comparable(unit.overload) and unit.undefined is None
-    if unit.undefined is not None:
-        result.note = "; ".join(filter(None, [result.note, unit.undefined]))
-    out, broken = _post(unit, out)
-    ok, (res, rtol, atol, kind) = _judge(ref, out, unit.overload, dtype, comparable)
-    if broken is not None:
-        ok, res.detail = False, broken
-    if comparable:
-        result.rtol, result.atol, result.reference = rtol, atol, kind
-        result.max_abs, result.max_rel = res.max_abs, res.max_rel
+    ok = _check_values(st, unit, ref, out, dtype, result)[0]
     result.outcome = Outcome.ok if ok else Outcome.wrong
     return result
 

@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .worker import code_hash
+from .worker import CODE_SUFFIXES, code_hash
 
 __all__ = ["HOST_IDENTIFIED", "IDENTITY_FILE", "cached_identity", "fingerprint", "store_identity"]
 
@@ -40,13 +40,12 @@ __all__ = ["HOST_IDENTIFIED", "IDENTITY_FILE", "cached_identity", "fingerprint",
 HOST_IDENTIFIED = frozenset({"cpu", "meta", "refaccel"})
 IDENTITY_FILE = "identity.json"
 _ENV_PREFIXES = ("OPMATRIX_", "TORCH_", "PYTORCH_", "ATEN_", "OMP_", "MKL_", "CUDA_", "PJRT_", "XLA_")
-_SOURCE_SUFFIXES = (".py", ".yaml", ".json", ".cpp")
 _PACKAGES = ("opmatrix", "opmatrix.schema", "opmatrix.backend", "opmatrix.probes", "opmatrix.matrix")
 
 
 def _tree_files(root: Path) -> list[Path]:
     return sorted(
-        p for p in root.rglob("*") if p.suffix in _SOURCE_SUFFIXES and p.is_file() and "__pycache__" not in p.parts
+        p for p in root.rglob("*") if p.suffix in CODE_SUFFIXES and p.is_file() and "__pycache__" not in p.parts
     )
 
 

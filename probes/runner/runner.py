@@ -173,7 +173,6 @@ class _Run:
         self.max_restarts = max_restarts
         self.startup_failures = 0
         self.run_key: str | None = None
-        self.identity_cached = False
         self.workers: dict[int, WorkerHandle] = {}
 
         state = open_for_resume(self.path) if resume else JournalState()
@@ -272,7 +271,8 @@ class _Run:
         if self.run_key is not None:
             if key != self.run_key:
                 self.progress.note(f"warning: worker {handle.slot} reports a different build: {key}")
-                if self.identity_cached:  # the fingerprint missed a change: never trust it again here
+                if self.summary.startup_seconds is None:  # the identity came from the cache: the fingerprint
+                    # missed a change, so never trust it again here
                     (self.out_dir / IDENTITY_FILE).unlink(missing_ok=True)
             return
         self.summary.startup_seconds = round(time.monotonic() - self.started, 3)
@@ -282,7 +282,6 @@ class _Run:
     def _adopt(self, key: str, identity: Mapping[str, Any]) -> None:
         """Take the run's evidence key: write the header, reuse every task whose key is unchanged."""
         self.run_key = key
-        self.identity_cached = self.summary.startup_seconds is None
         if self.resumed_header and self.resumed_header.get("evidence_key") != key:
             self.progress.note(
                 "warning: resuming a journal started with a different build; each record keeps its own evidence key"

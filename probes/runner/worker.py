@@ -89,7 +89,7 @@ def _detach(spec: WorkerSpec) -> None:
     faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=False)
 
 
-_CODE_SUFFIXES = (".py", ".yaml", ".json", ".cpp")
+CODE_SUFFIXES = (".py", ".yaml", ".json", ".cpp")
 
 
 def code_hash(modules: Iterable[str]) -> str:
@@ -108,7 +108,7 @@ def code_hash(modules: Iterable[str]) -> str:
             digest.update(f"{name}:missing\0".encode())
             continue
         for path in sorted(Path(spec.origin).parent.iterdir()):
-            if path.suffix in _CODE_SUFFIXES and path.is_file():
+            if path.suffix in CODE_SUFFIXES and path.is_file():
                 digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
 
