@@ -100,6 +100,13 @@ def test_summary_counts_faults_and_restarts(faulty_run: tuple[Path, object]) -> 
     assert summary.exit_code == 0
 
 
+def test_no_unit_board_outlives_its_worker(faulty_run: tuple[Path, object]) -> None:
+    """Crashed, hung, replaced and stopped workers all leave their logs and no board file."""
+    out, _ = faulty_run
+    assert list((out / "workers").glob("w*.log"))
+    assert not list((out / "workers").glob("*.unit"))
+
+
 def test_failed_health_check_after_a_fault_replaces_the_worker(tmp_path: Path) -> None:
     """A unit after which the device is unusable is recorded poisoned; later tasks get a fresh worker."""
     tasks = make_tasks(3, faults={"t0": {"u1": "sick"}})

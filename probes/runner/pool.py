@@ -2,6 +2,7 @@
 
 Each worker slot ``i`` logs to ``DIR/workers/w<i>.log`` (appended across replacements); the
 parent remembers where the current incarnation started so a crash message holds only its tail.
+Each incarnation gets a fresh unit board, ``DIR/workers/w<i>.unit``, removed when it is gone.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
+from .board import UnitBoard
 from .worker import WorkerSpec, worker_main
 
 __all__ = ["WorkerHandle", "exit_fault", "last_words", "spawn_worker"]
@@ -33,12 +35,29 @@ class WorkerHandle:
     conn: Connection
     log: Path
     log_offset: int
+    board: UnitBoard
+    seen: int = 0  # the board's sequence number when the parent last looked
     started: float = field(default_factory=time.monotonic)
     ready: bool = False
     job: Any = None  # the runner's _Job being run
     unit: str | None = None
     deadline: float = float("inf")
     gone: bool = False  # told to exit (poisoned / fault message) or found dead
+
+    def look(self) -> bool:
+        """Read the board: True when the worker started a new unit of its current task (``unit``)."""
+        if self.job is None:
+            return False
+        seq, task_id, unit = self.board.read()
+        if seq == self.seen or task_id != self.job.task.id:
+            return False
+        self.seen, self.unit = seq, unit
+        return True
+
+    def release(self) -> None:
+        """Close the pipe and remove the board of a worker that has exited."""
+        self.conn.close()
+        self.board.close(remove=True)
 
     def send(self, msg: tuple[Any, ...]) -> bool:
         """Send a message; False when the worker's end is already closed."""
@@ -57,16 +76,17 @@ class WorkerHandle:
             except (ProcessLookupError, PermissionError):
                 self.process.kill()  # not yet its own group leader
         self.process.join(5)
-        self.conn.close()
+        self.release()
 
-    def stop(self, grace: float = 2.0) -> None:
-        """Ask an idle worker to exit; kill it when it does not within ``grace`` seconds."""
-        if self.send(("stop",)):
+    def stop(self, grace: float = 2.0, *, asked: bool = False) -> None:
+        """Ask an idle worker to exit (unless ``asked`` already); kill it when it does not within
+        ``grace`` seconds."""
+        if asked or self.send(("stop",)):
             self.process.join(grace)
         if self.process.is_alive():
             self.kill()
         else:
-            self.conn.close()
+            self.release()
 
     def log_tail(self, limit: int = 1500) -> str:
         """What this incarnation last wrote to stderr/stdout: its last Python stack if any, else the tail."""
@@ -102,11 +122,12 @@ def spawn_worker(slot: int, spec: WorkerSpec) -> WorkerHandle:
     log = Path(spec.log_path)
     log.parent.mkdir(parents=True, exist_ok=True)
     offset = log.stat().st_size if log.exists() else 0
+    board = UnitBoard(spec.board_path, create=True)  # zeroed: nothing of an earlier incarnation's units
     parent_end, child_end = _CTX.Pipe(duplex=True)
     process = _CTX.Process(target=worker_main, args=(slot, child_end, spec), name=f"opmatrix-w{slot}")
     process.start()
     child_end.close()
-    return WorkerHandle(slot=slot, process=process, conn=parent_end, log=log, log_offset=offset)
+    return WorkerHandle(slot=slot, process=process, conn=parent_end, log=log, log_offset=offset, board=board)
 
 
 def exit_fault(handle: WorkerHandle) -> tuple[str | None, str]:

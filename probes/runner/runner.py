@@ -3,13 +3,13 @@
     summary = run(tasks, backend="refaccel", generation="g2", out_dir="out/refaccel-g2", timeout=60)
     summary.exit_code      # 0 done, 1 aborted at the restart cap, 130 interrupted
 
-Each task goes to an idle worker; the worker reports ``progress`` before every unit and the
-record when done. Silence past ``timeout`` seconds means the running unit *hung*; a dead worker
-means it *crashed* (signal and stderr tail recorded); a worker that reports a poisoned device is
-replaced. In every case the task is requeued with that unit marked, so its other units still
-run; after :data:`MAX_TASK_FAULTS` faults the rest of the task is recorded with the last fault's
-outcome as not run (no signal; the message says so). Each fault costs a worker restart; past
-``max_restarts`` the run aborts.
+Each task goes to an idle worker; the worker posts each unit on its unit board before running
+it (:mod:`.board`) and sends the record when done. No new unit for ``timeout`` seconds means the
+running unit *hung*; a dead worker means it *crashed* (signal and stderr tail recorded); a worker
+that reports a poisoned device is replaced. In every case the task is requeued with that unit
+marked, so its other units still run; after :data:`MAX_TASK_FAULTS` faults the rest of the task
+is recorded with the last fault's outcome as not run (no signal; the message says so). Each
+fault costs a worker restart; past ``max_restarts`` the run aborts.
 """
 
 from __future__ import annotations
@@ -159,6 +159,9 @@ class _Run:
         self.started = time.monotonic()
         self.backend, self.generation = backend, generation
         self.timeout = timeout
+        # how often the parent reads the unit boards when no message wakes it: a new unit's
+        # deadline starts at most this late, so a hang is called within timeout + poll
+        self.poll = min(1.0, timeout / 4)
         # before its first unit a task only prepares on the host (imports, samples), and the
         # first task in a fresh worker pays the handler's imports: the same grace as a start
         self.grace = max(120.0, 4 * timeout)
@@ -214,6 +217,7 @@ class _Run:
             backend=self.backend,
             generation=self.generation,
             log_path=str(self.out_dir / "workers" / f"w{slot}.log"),
+            board_path=str(self.out_dir / "workers" / f"w{slot}.unit"),
             parent_pid=os.getpid(),
             handlers=self.handlers,
             kinds=self.kinds,
@@ -244,7 +248,7 @@ class _Run:
             handle.kill()
         else:
             handle.process.join(5)
-            handle.conn.close()
+            handle.release()
         if fault:
             if self.summary.restarts >= self.max_restarts:
                 raise _Aborted(
@@ -342,9 +346,6 @@ class _Run:
             raise _Aborted(f"worker {handle.slot} could not set up backend {self.backend!r}:\n{msg[2]}")
         elif job is None or msg[1] != job.task.id:
             return  # a late message about a task this worker no longer owns
-        elif kind == "progress":
-            handle.unit = msg[2]
-            handle.deadline = time.monotonic() + self.timeout
         elif kind == "done":
             handle.job, handle.unit, handle.deadline = None, None, float("inf")
             self._record(job, json.loads(msg[2]), worker=handle.slot)
@@ -371,6 +372,7 @@ class _Run:
         """A worker died without saying why: blame its unit (crash) or count a failed start."""
         if handle.slot not in self.workers or self.workers[handle.slot] is not handle:
             return
+        handle.look()  # the unit it started last, announced or not before the parent's last look
         sig, message = exit_fault(handle)
         if not handle.ready:
             self.startup_failures += 1
@@ -386,6 +388,9 @@ class _Run:
     def _expire(self, now: float) -> None:
         """Kill workers past their deadline: the running unit hung (or the worker never started)."""
         for handle in [w for w in self.workers.values() if w.deadline < now]:
+            if handle.look():  # it moved on since the parent last looked: not hung
+                handle.deadline = now + self.timeout
+                continue
             if not handle.ready:
                 handle.kill()
                 self._reap(handle)
@@ -463,7 +468,7 @@ class _Run:
             if not self.pending and not any(w.job is not None for w in self.workers.values()):
                 return
             now = time.monotonic()
-            wake = min([w.deadline for w in self.workers.values()] + [now + 1.0])
+            wake = min([w.deadline for w in self.workers.values()] + [now + self.poll])
             waitables: list[Any] = []
             for w in self.workers.values():
                 waitables += [w.conn, w.process.sentinel]
@@ -473,16 +478,22 @@ class _Run:
                     self._drain(handle)
                     if handle.gone or not handle.process.is_alive():
                         self._reap(handle)
-            self._expire(time.monotonic())
+            now = time.monotonic()
+            for handle in self.workers.values():
+                if handle.look():  # a new unit: its deadline starts (at most ``poll`` late)
+                    handle.deadline = now + self.timeout
+            self._expire(now)
             self.progress.tick()
 
     def shutdown(self) -> None:
         """Stop idle workers, kill busy ones, close the journal (fsync)."""
-        for handle in list(self.workers.values()):
-            if handle.job is None and handle.ready:
-                handle.stop()
-            else:
+        idle = [w for w in self.workers.values() if w.job is None and w.ready and w.send(("stop",))]
+        for handle in self.workers.values():
+            if handle not in idle:
                 handle.kill()
+        end = time.monotonic() + 2.0
+        for handle in idle:  # all were asked at once: they exit in parallel
+            handle.stop(max(0.0, end - time.monotonic()), asked=True)
         self.workers.clear()
         self.journal.close()
 

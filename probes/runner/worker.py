@@ -3,10 +3,12 @@
 Messages to the parent, in order for one task::
 
     ("ready", slot, {"torch": "2.13.0 git=...", "adapter": "driver=...|gen=g2"})   once, after setup
-    ("progress", task_id, unit)          before each risky unit: the parent's deadline restarts
     ("done", task_id, record_json)       the task's journal record
     ("poisoned", task_id, unit, msg)     the device is unusable: the worker exits after sending
     ("fault", task_id, unit, outcome, msg)  the handler raised (oom / error): the worker exits
+
+Before each risky unit the task posts it on the slot's :class:`~.board.UnitBoard` (a shared
+page, not a message: the parent reads it for deadlines and blame).
 
 The worker detaches from the terminal's Ctrl-C (the parent decides), dies with its parent
 (``PR_SET_PDEATHSIG`` on Linux), and writes its stdout/stderr to a log file whose tail becomes
@@ -30,6 +32,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from .board import UnitBoard
 from .task import Skip, Task, WorkerContext, WorkerPoisoned, resolve_handler
 
 __all__ = ["WorkerSpec", "worker_main"]
@@ -42,6 +45,7 @@ class WorkerSpec:
     backend: str
     generation: str | None
     log_path: str
+    board_path: str
     parent_pid: int
     handlers: dict[str, str]
     kinds: tuple[str, ...] = ()
@@ -85,6 +89,10 @@ def _detach(spec: WorkerSpec) -> None:
     os.dup2(fd, 2)
     os.close(fd)
     faulthandler.enable(file=sys.stderr, all_threads=False)
+    # kineto (torch 2.13) writes two "USDT: ... profiler_start/stop" lines for every profiler use and
+    # the engine profiles every backward: thousands of lines that would bury a crash's last words.
+    # 6 is above its ERROR (4) and USDT (5) levels; a user's own setting wins.
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
     # the parent sends SIGUSR1 before killing a hung worker: the stack shows where it hung
     faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=False)
 
@@ -163,23 +171,34 @@ def worker_main(slot: int, conn: Connection, spec: WorkerSpec) -> None:
     except Exception:  # noqa: BLE001 - any setup failure is reported to the parent verbatim
         conn.send(("setup_failed", slot, traceback.format_exc()[-4000:]))
         return
+    board = UnitBoard(spec.board_path)
     conn.send(("ready", slot, identity))
     handlers: dict[str, Any] = {}
     while True:
         try:
             msg = conn.recv()
         except EOFError:
-            return
+            _quit()
         if msg[0] == "stop":
-            return
+            _quit()
         _, task, skip, skip_rest = msg
-        if not _serve(ctx, conn, task, skip, skip_rest, handlers, spec.handlers):
+        if not _serve(ctx, conn, board, task, skip, skip_rest, handlers, spec.handlers):
             return
+
+
+def _quit() -> None:
+    """Exit now, without the interpreter's teardown: the parent holds every record, and tearing
+    down torch (and a device runtime) took a second or more per worker here, or can hang in a
+    vendor's exit handler."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _serve(
     ctx: WorkerContext,
     conn: Connection,
+    board: UnitBoard,
     task: Task,
     skip: dict[str, Skip],
     skip_rest: Skip | None,
@@ -191,7 +210,7 @@ def _serve(
 
     def progress(unit_id: str) -> None:
         unit[0] = unit_id
-        conn.send(("progress", task.id, unit_id))
+        board.post(task.id, unit_id)
 
     try:
         if task.kind not in handlers:
