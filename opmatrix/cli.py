@@ -58,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtypes", type=_csv, help="comma-separated dtypes (default: the 11 standard ones)")
     p.add_argument("--layouts", type=_csv, help="comma-separated layouts (default: all)")
     p.add_argument("--workers", type=int, help="worker processes (default: cores)")
+    p.add_argument("--threads", type=int, help="torch intra-op threads per worker (default: cores / workers)")
     p.add_argument("--timeout", type=float, default=60.0, help="deadline per probe task in seconds")
     p.add_argument("--resume", action="store_true", help="continue from DIR/journal.jsonl")
     p.add_argument("--devices", type=_csv, help="device indices to spread workers over, e.g. 0,1")

@@ -146,6 +146,8 @@ def probe(args: argparse.Namespace) -> int:
         shard = None
     if args.workers is not None and args.workers < 1:
         raise _usage("--workers: must be at least 1")
+    if args.threads is not None and args.threads < 1:
+        raise _usage("--threads: must be at least 1")
     if args.timeout is not None and args.timeout <= 0:
         raise _usage("--timeout: must be positive")
     if args.devices and not all(d.isdigit() for d in args.devices):
@@ -179,7 +181,8 @@ def probe(args: argparse.Namespace) -> int:
     identity = _identity(adapter)
     summary = run(
         tasks, backend=args.backend, generation=args.generation, out_dir=out, workers=args.workers,
-        timeout=args.timeout, resume=args.resume, devices=devices, shard=shard, max_restarts=args.max_restarts,
+        threads=args.threads, timeout=args.timeout, resume=args.resume, devices=devices, shard=shard,
+        max_restarts=args.max_restarts,
         options={"op_source_hash": source.hash if source else ""}, progress=not args.quiet, command=command,
     )
     if summary.interrupted:  # the runner has said how many are recorded and how to resume

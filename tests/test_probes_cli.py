@@ -96,11 +96,15 @@ def test_privateuse1_module_is_probed_with_generic_signals(tmp_path):
 
 def test_plugin_adapter_from_module_attr(tmp_path):
     res = _probe(tmp_path, "--backend", "tests.example_adapter:HostAsDevice", "--ops", "add", "--dtypes", "float32",
-                 "--no-runtime", "--no-compile")
+                 "--no-runtime", "--no-compile", "--threads", "1")
     assert res.returncode == 0, res.stdout + res.stderr
     m = load_matrix(tmp_path / "matrix.yaml")
     assert m.backend.name == "host-as-device" and m.evidence.driver == "example-driver 1.0"
     assert {str(e.path) for e in m.operators["aten.add.Tensor"]} == {"native"}
+    assert all(e.autograd is not None for e in m.operators["aten.add.Tensor"])  # backward ran under the profiler
+    # ... whose kineto chatter (two lines per use) stays out of the logs a crash message is cut from
+    logs = "".join(p.read_text() for p in (tmp_path / "workers").glob("w*.log"))
+    assert "profiler_start" not in logs
 
 
 @pytest.mark.parametrize(
@@ -110,6 +114,7 @@ def test_plugin_adapter_from_module_attr(tmp_path):
         (["--backend", "cpu", "--ops", "sofmax"], "--ops: 'sofmax' matches no OpInfo; did you mean softmax"),
         (["--backend", "cpu", "--dtypes", "float23"], "--dtypes: unknown value 'float23'; did you mean 'float32'?"),
         (["--backend", "cpu", "--layouts", "strided"], "--layouts: unknown value 'strided'"),
+        (["--backend", "cpu", "--threads", "0"], "--threads: must be at least 1"),
         (["--backend", "nope.module:Thing"], "cannot import 'nope.module'"),
     ],
 )
