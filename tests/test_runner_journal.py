@@ -36,6 +36,9 @@ def _start(out: Path, *args: str) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # a test session started in the background (`make test &`, some CI agents) ignores
+        # SIGINT, and Python keeps an inherited SIG_IGN: the Ctrl-C test would see no Ctrl-C
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 
