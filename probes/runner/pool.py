@@ -78,11 +78,10 @@ class WorkerHandle:
         self.process.join(5)
         self.release()
 
-    def stop(self, grace: float = 2.0, *, asked: bool = False) -> None:
-        """Ask an idle worker to exit (unless ``asked`` already); kill it when it does not within
+    def stop(self, grace: float = 2.0) -> None:
+        """Wait for a worker that was sent ``("stop",)`` to exit; kill it when it does not within
         ``grace`` seconds."""
-        if asked or self.send(("stop",)):
-            self.process.join(grace)
+        self.process.join(grace)
         if self.process.is_alive():
             self.kill()
         else:

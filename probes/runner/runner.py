@@ -386,11 +386,11 @@ class _Run:
             self._fault(job, handle.unit, Skip("crashed", message, sig))
 
     def _expire(self, now: float) -> None:
-        """Kill workers past their deadline: the running unit hung (or the worker never started)."""
+        """Kill workers past their deadline: the running unit hung (or the worker never started).
+
+        The loop read every board at ``now`` just before, so a worker that moved on has a fresh deadline.
+        """
         for handle in [w for w in self.workers.values() if w.deadline < now]:
-            if handle.look():  # it moved on since the parent last looked: not hung
-                handle.deadline = now + self.timeout
-                continue
             if not handle.ready:
                 handle.kill()
                 self._reap(handle)
@@ -493,7 +493,7 @@ class _Run:
                 handle.kill()
         end = time.monotonic() + 2.0
         for handle in idle:  # all were asked at once: they exit in parallel
-            handle.stop(max(0.0, end - time.monotonic()), asked=True)
+            handle.stop(max(0.0, end - time.monotonic()))
         self.workers.clear()
         self.journal.close()
 
