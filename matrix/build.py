@@ -122,10 +122,12 @@ def build_matrix(
             raise TypeError(f"not a journal record: {type(record).__name__}")
     skipped = {task_id: reason for task_id, task in tasks.items() if (reason := skip_reason(task)) is not None}
     cells = collect_cells(tasks.values())
+    not_run = {f"{task_id} {unit}": why for task_id, task in tasks.items() for unit, why in task.not_run.items()}
     return Matrix(
         backend=backend,
         evidence=evidence,
         runtime=_runtime(runtime, sorted(runtime_records, key=lambda r: r.task)),
         operators=compress_cells(cells),
         skipped=dict(sorted(skipped.items())),
+        not_run=dict(sorted(not_run.items())),
     )

@@ -46,6 +46,7 @@ PATH_SYMBOL: dict[ExecPath, str] = {
     ExecPath.decomposed: "D",
     ExecPath.fallback: "F",
     ExecPath.rejected: "R",
+    ExecPath.unknown: "?",
 }
 
 PATH_MEANING: dict[ExecPath, str] = {
@@ -54,6 +55,7 @@ PATH_MEANING: dict[ExecPath, str] = {
     ExecPath.decomposed: "eager unavailable; the backend's compile path runs it (graph only)",
     ExecPath.fallback: "the call or a component op ran on the host (CPU fallback)",
     ExecPath.rejected: "failed cleanly with an actionable error",
+    ExecPath.unknown: "the call faulted (crashed or hung) before its path could be observed",
 }
 
 #: Most lines a grid tooltip shows before it says how many more there are.

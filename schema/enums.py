@@ -58,6 +58,9 @@ class ExecPath(_Ordered):
     decomposed = "decomposed"  # eager unavailable; the backend's compile path runs it
     fallback = "fallback"  # the call or one of its component ops ran on the host
     rejected = "rejected"  # the call failed cleanly with an actionable error
+    #: a crashed or hung call whose kernel the dispatcher's registrations do not name (never
+    #: ``rejected``: a fault is not a clean, actionable error)
+    unknown = "unknown"
 
 
 class Outcome(_Ordered):

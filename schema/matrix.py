@@ -166,6 +166,10 @@ class FallbackEvidence(Model):
     state: FallbackState = FallbackState.unknown
     ops: list[str] = Field(default_factory=list)
     source: str | None = Field(default=None, description="which signal: counter, warning, profiler ...")
+    copies_per_call: int | None = Field(
+        default=None, ge=0, description="most host<->device copies seen inside one call (profiler call tree)"
+    )
+    bytes_per_call: int | None = Field(default=None, ge=0, description="most bytes those copies moved in one call")
 
 
 class Samples(Model):
@@ -247,6 +251,10 @@ class Matrix(Model):
     skipped: dict[str, str] = Field(
         default_factory=dict,
         description="probe tasks (source|dtype) that yielded no cell, with the reason: never silently absent",
+    )
+    not_run: dict[str, str] = Field(
+        default_factory=dict,
+        description="units that never ran ('source|dtype unit'), with the reason: not cells, never counted as probed",
     )
 
     @field_validator("operators")

@@ -95,8 +95,9 @@ class WorkerContext:
     device: int | None = None
 
     def check_health(self, unit: str | None) -> None:
-        """Raise :class:`WorkerPoisoned` blaming ``unit`` when the adapter's health check fails."""
-        problem = self.adapter.health_check()
+        """Raise :class:`WorkerPoisoned` blaming ``unit`` when the adapter's health check fails
+        (having passed before: positive evidence only)."""
+        problem = self.adapter.poisoned_after_fault()
         if problem is not None:
             raise WorkerPoisoned(unit, problem)
 
