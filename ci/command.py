@@ -41,6 +41,8 @@ def gate(args: argparse.Namespace) -> int:
     matrix = load_matrix(args.matrix)
     baseline = load_matrix(args.baseline) if args.baseline else None
     result = evaluate_contract(matrix, contract, baseline=baseline, today=today)
+    # the verdict names the very matrix it judged: `report --gate` refuses it beside another matrix
+    result = result.model_copy(update={"matrix_digest": matrix.digest()})
 
     json_text = result.model_dump_json(indent=2) + "\n"
     if args.junit:
