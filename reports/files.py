@@ -95,7 +95,7 @@ class SiteFiles:
                 path.unlink()
                 result.removed.append(path)
         manifest = json.dumps({"files": sorted(self.pages)}, indent=1) + "\n"
-        self._write(self.out / MANIFEST, manifest.encode("utf-8"), None)
+        self._write(self.out / MANIFEST, manifest.encode("utf-8"), result)
 
     def _write(self, path: Path, data: bytes, result: Any) -> None:
         try:
