@@ -16,6 +16,7 @@ import datetime as dt
 import sys
 
 from opmatrix.schema import ArtifactError, load_contract, load_matrix, write_text_atomic
+from opmatrix.schema.text import terminal_text
 
 from .evaluate import evaluate_contract
 from .junit import render_junit
@@ -54,5 +55,5 @@ def gate(args: argparse.Namespace) -> int:
     else:
         if args.json:
             write_text_atomic(args.json, json_text)
-        sys.stdout.write(render_verdict(result))
+        sys.stdout.write(terminal_text(render_verdict(result)))
     return 0 if result.passed else 1

@@ -31,6 +31,7 @@ from opmatrix.schema import (
     load_matrix,
     model_to_data,
 )
+from opmatrix.schema.text import terminal_text
 
 from .diff import diff_matrices
 from .query import Matrix, UnknownOperatorError, parse_dtype, parse_layout
@@ -163,5 +164,5 @@ def _print_entries(m: Matrix, op: str, dtype: str | None, rank: int | None, layo
 def diff(args: argparse.Namespace) -> int:
     """Print the cells better / worse / new / removed from matrix A to matrix B (exit 0)."""
     result = diff_matrices(load_matrix(args.a), load_matrix(args.b))
-    sys.stdout.write(result.to_json() + "\n" if args.json else result.render_table())
+    sys.stdout.write(result.to_json() + "\n" if args.json else terminal_text(result.render_table()))
     return 0

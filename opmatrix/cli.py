@@ -133,8 +133,10 @@ def _validate(args: argparse.Namespace) -> int:
             model = validate_file(path)
         except ArtifactError as exc:
             bad += 1
+            from opmatrix.schema.text import terminal_text
+
             for line in exc.messages:
-                print(line, file=sys.stderr)
+                print(terminal_text(line), file=sys.stderr)
             continue
         if isinstance(model, Matrix):
             what = f"matrix, {len(model.operators)} operators, {model.cell_count()} cells"
@@ -185,7 +187,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(handler(args))
     except (ArtifactError, UsageError) as exc:
-        print(str(exc), file=sys.stderr)
+        from opmatrix.schema.text import terminal_text
+
+        print(terminal_text(str(exc)), file=sys.stderr)
         return 2
     except OSError as exc:  # an unwritable --out / --junit, a path that is a folder ...
         where = f" {exc.filename!r}" if exc.filename else ""
