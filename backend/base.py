@@ -159,6 +159,16 @@ class Adapter:
         """Dtypes the runtime claims to support, or None when it does not say."""
         return None
 
+    def generations(self) -> list[str] | None:
+        """The device generations this adapter knows (``--generation`` is checked against them),
+        or None when it takes any value."""
+        return None
+
+    def preflight(self) -> list[str]:
+        """Problems with this run's configuration found before any worker starts (environment
+        settings the adapter reads, e.g. fault-injection specs); each names the fix."""
+        return []
+
     def evidence_key(self) -> str:
         """What must be unchanged for cached cells to be reused (backend/driver identity)."""
         v = self.versions()

@@ -16,6 +16,7 @@ import datetime as dt
 import sys
 
 from opmatrix.schema import ArtifactError, load_contract, load_matrix, write_text_atomic
+from opmatrix.schema.text import terminal_text
 
 from .evaluate import evaluate_contract
 from .junit import render_junit
@@ -41,6 +42,8 @@ def gate(args: argparse.Namespace) -> int:
     matrix = load_matrix(args.matrix)
     baseline = load_matrix(args.baseline) if args.baseline else None
     result = evaluate_contract(matrix, contract, baseline=baseline, today=today)
+    # the verdict names the very matrix it judged: `report --gate` refuses it beside another matrix
+    result = result.model_copy(update={"matrix_digest": matrix.digest()})
 
     json_text = result.model_dump_json(indent=2) + "\n"
     if args.junit:
@@ -52,5 +55,5 @@ def gate(args: argparse.Namespace) -> int:
     else:
         if args.json:
             write_text_atomic(args.json, json_text)
-        sys.stdout.write(render_verdict(result))
+        sys.stdout.write(terminal_text(render_verdict(result)))
     return 0 if result.passed else 1

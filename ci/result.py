@@ -195,6 +195,7 @@ class GateResult(_Frozen):
     promised_level: int
     today: str
     cell_count: int
+    matrix_digest: str | None = Field(default=None, description="content digest of the matrix judged (Matrix.digest)")
     baseline_cell_count: int | None = None
     blocking: list[str] = Field(default_factory=list, description="readable reasons, one per line")
     requirements: list[RequirementResult] = Field(default_factory=list)

@@ -69,7 +69,9 @@ def load_matrix_cached(path: str | os.PathLike[str]) -> MatrixModel:
     # parse the very bytes that were hashed: a file replaced meanwhile cannot poison the entry
     model = validate_data(loads_yaml(text, str(path)), MatrixModel, str(path), text)
     try:
-        write_text_atomic(entry, model.model_dump_json())
+        # json.dumps keeps inf/nan (as Infinity/NaN, which pydantic reads back); model_dump_json
+        # would write null and a second, cached load would lose them
+        write_text_atomic(entry, json.dumps(model.model_dump(mode="json"), allow_nan=True))
     except OSError:
         pass
     return model

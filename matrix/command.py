@@ -1,8 +1,8 @@
-"""The ``opmatrix merge``, ``query`` and ``diff`` verbs (arguments are declared in ``opmatrix.cli``).
+"""The ``opmatrix query`` and ``diff`` verbs, and the pieces of ``merge`` that read only journals
+(the merge itself is orchestrated by ``opmatrix.pipeline``; arguments are declared in ``opmatrix.cli``).
 
 ::
 
-    opmatrix merge shard1/journal.jsonl shard2/journal.jsonl --out out/merged   # -> matrix.yaml, journal.jsonl
     opmatrix query out/refaccel-g2/matrix.yaml aten.softmax.int --dtype float32 --rank 3 --arg dim=-1 --json
     opmatrix diff out/refaccel-g1/matrix.yaml out/refaccel-g2/matrix.yaml [--json]
 
@@ -15,10 +15,9 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import shlex
 import sys
+from collections.abc import Callable
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 
 from opmatrix.schema import (
@@ -29,28 +28,23 @@ from opmatrix.schema import (
     JournalHeader,
     Runtime,
     UsageError,
-    dump_model,
     load_matrix,
     model_to_data,
-    write_text_atomic,
 )
+from opmatrix.schema.text import terminal_text
 
-from .build import build_matrix
 from .diff import diff_matrices
-from .journal import dumps_records, merge_records, read_journal
 from .query import Matrix, UnknownOperatorError, parse_dtype, parse_layout
 
-__all__ = ["diff", "merge", "parse_arg", "query"]
-
-
-def _command_line() -> str:
-    return "opmatrix " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+__all__ = ["diff", "merge_backend", "merge_evidence", "merge_runtime", "parse_arg", "query"]
 
 
 # -- merge -----------------------------------------------------------------------------------
 
 
-def _backend(headers: list[JournalHeader]) -> BackendId:
+def merge_backend(headers: list[JournalHeader],
+                  known: Callable[[str, str | None], BackendId]) -> BackendId:
+    """The one backend of ``headers``; ``known(name, generation)`` fills in what they lack."""
     names = {(h.backend, h.generation) for h in headers}
     if len(names) != 1:
         shown = ", ".join(f"{n}{'/' + g if g else ''}" for n, g in sorted(names, key=str))
@@ -59,21 +53,13 @@ def _backend(headers: list[JournalHeader]) -> BackendId:
     device_type = next((h.device_type for h in headers if h.device_type), None)
     dispatch_key = next((h.dispatch_key for h in headers if h.dispatch_key), None)
     if device_type is None or dispatch_key is None:
-        from opmatrix.backend.registry import get_adapter
-
-        try:
-            known = get_adapter(name, generation=generation).identity()
-        except (ImportError, ValueError) as exc:  # UnknownBackend is a ValueError
-            raise ArtifactError(
-                [f"journal header names backend {name!r} without device_type/dispatch_key, "
-                 f"and it is not a known backend ({exc}); record them in the header"]
-            ) from None
-        device_type = device_type or known.device_type
-        dispatch_key = dispatch_key or known.dispatch_key
+        found = known(name, generation)
+        device_type = device_type or found.device_type
+        dispatch_key = dispatch_key or found.dispatch_key
     return BackendId(name=name, device_type=device_type, dispatch_key=dispatch_key, generation=generation)
 
 
-def _evidence(headers: list[JournalHeader]) -> Evidence:
+def merge_evidence(headers: list[JournalHeader]) -> Evidence:
     """The first shard's evidence, spanning every shard's start and finish."""
     blocks = sorted((h.evidence for h in headers if h.evidence is not None), key=lambda e: e.model_dump_json())
     starts = [t for t in [*(h.started for h in headers), *(e.started for e in blocks)] if t]
@@ -94,32 +80,10 @@ def _evidence(headers: list[JournalHeader]) -> Evidence:
     )
 
 
-def _runtime(headers: list[JournalHeader]) -> Runtime | None:
+def merge_runtime(headers: list[JournalHeader]) -> Runtime | None:
+    """The runtime block of the shards (the first, in a stable order)."""
     blocks = sorted((h.runtime for h in headers if h.runtime is not None), key=lambda r: r.model_dump_json())
     return blocks[0] if blocks else None
-
-
-def merge(args: argparse.Namespace) -> int:
-    """Join shard journals into DIR/journal.jsonl and build DIR/matrix.yaml from them."""
-    journals = [read_journal(path) for path in args.journals]
-    records = merge_records(journals)
-    headers = [r for r in records if isinstance(r, JournalHeader)]
-    if not headers:
-        raise ArtifactError([f"{args.journals[0]}: no header line; a journal starts with a kind=header record"])
-    model = build_matrix(records, backend=_backend(headers), evidence=_evidence(headers), runtime=_runtime(headers))
-    out = Path(args.out)
-    command = _command_line()
-    header = headers[0].model_copy(
-        update={"planned": sum(h.planned for h in headers), "command": command, "started": model.evidence.started}
-    )
-    bodies = [r for r in records if not isinstance(r, JournalHeader)]
-    write_text_atomic(out / "journal.jsonl", dumps_records([header, *bodies]))
-    dump_model(model, out / "matrix.yaml", command=command)
-    print(
-        f"merged {len(args.journals)} journal(s), {len(bodies)} record(s): {len(model.operators)} operators, "
-        f"{model.cell_count()} cells, {len(model.skipped)} skipped task(s) -> {out / 'matrix.yaml'}"
-    )
-    return 0
 
 
 # -- query -----------------------------------------------------------------------------------
@@ -200,5 +164,5 @@ def _print_entries(m: Matrix, op: str, dtype: str | None, rank: int | None, layo
 def diff(args: argparse.Namespace) -> int:
     """Print the cells better / worse / new / removed from matrix A to matrix B (exit 0)."""
     result = diff_matrices(load_matrix(args.a), load_matrix(args.b))
-    sys.stdout.write(result.to_json() + "\n" if args.json else result.render_table())
+    sys.stdout.write(result.to_json() + "\n" if args.json else terminal_text(result.render_table()))
     return 0

@@ -5,8 +5,8 @@ task again. Reading keeps what is complete and unique::
 
     records = read_journal("out/refaccel-g2/journal.jsonl")   # header(s), task and runtime records
 
-- a last line without its newline that does not parse is a truncated write: dropped;
-- any other malformed line is an :class:`~opmatrix.schema.ArtifactError` naming ``file:line``;
+- a last line that does not parse is a truncated write: dropped;
+- any other malformed line is an :class:`~opmatrix.schema.ArtifactError` naming ``file:line`` and the fix;
 - a task id seen twice keeps its last complete record (a resumed run re-ran it).
 
 Several shard journals join with :func:`merge_records`, whose choice between two records of one
@@ -18,40 +18,11 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Sequence
-from pathlib import Path
-from typing import TypeAlias
 
-from pydantic import TypeAdapter, ValidationError
-
-from opmatrix.schema import ArtifactError, JournalHeader, Outcome, RuntimeRecord, TaskRecord
+from opmatrix.schema import JournalHeader, Outcome, RuntimeRecord, TaskRecord
+from opmatrix.schema.journalfile import Record, scan_journal
 
 __all__ = ["Record", "dumps_records", "merge_records", "read_journal"]
-
-Record: TypeAlias = JournalHeader | TaskRecord | RuntimeRecord
-
-_KINDS: dict[str, type[JournalHeader] | type[TaskRecord] | type[RuntimeRecord]] = {
-    "header": JournalHeader,
-    "task": TaskRecord,
-    "runtime": RuntimeRecord,
-}
-_ANY = TypeAdapter(dict[str, object])
-
-
-def _parse_line(text: str, where: str) -> Record:
-    try:
-        data = _ANY.validate_json(text)
-    except ValidationError:
-        raise ArtifactError([f"{where}: not a JSON object (a journal has one JSON record per line)"]) from None
-    kind = data.get("kind")
-    model = _KINDS.get(kind) if isinstance(kind, str) else None
-    if model is None:
-        raise ArtifactError([f"{where}: unknown record kind {kind!r}; expected one of {', '.join(_KINDS)}"])
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"]) or "<record>"
-        raise ArtifactError([f"{where}: {loc}: {first['msg']} ({len(exc.errors())} error(s) in this record)"]) from None
 
 
 def _key(record: Record) -> tuple[str, str]:
@@ -59,34 +30,12 @@ def _key(record: Record) -> tuple[str, str]:
 
 
 def read_journal(path: str | os.PathLike[str]) -> list[Record]:
-    """The records of one journal: truncated last line dropped, duplicate task ids keep the last."""
-    try:
-        raw = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ArtifactError([f"{path}: no such journal"]) from None
-    except UnicodeDecodeError as exc:
-        raise ArtifactError([f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})"]) from None
-    lines = raw.split("\n")
-    complete = raw.endswith("\n")
-    records: dict[tuple[str, str], Record] = {}
-    headers: list[JournalHeader] = []
-    for number, text in enumerate(lines, start=1):
-        if not text.strip():
-            continue
-        is_cut = number == len(lines) and not complete
-        try:
-            record = _parse_line(text, f"{path}:{number}")
-        except ArtifactError:
-            if is_cut:
-                break  # a killed run's last write: nothing after it, nothing lost before it
-            raise
-        if isinstance(record, JournalHeader):
-            headers.append(record)
-            continue
-        key = _key(record)
-        records.pop(key, None)  # keep the last one, at its own position
-        records[key] = record
-    return [*headers, *records.values()]
+    """The records of one journal: truncated last line dropped, duplicate task ids keep the last.
+
+    The rules are those of :func:`opmatrix.schema.journalfile.scan_journal` (one reader for the
+    runner and ``merge``); use it directly to learn whether a torn last line was dropped.
+    """
+    return scan_journal(path).records
 
 
 def _preference(record: TaskRecord | RuntimeRecord) -> tuple[int, int, int, str]:

@@ -21,8 +21,8 @@ __all__ = ["main", "UsageError", "build_parser"]
 
 #: verb -> "module:function" that implements it, taking the parsed arguments, returning an exit code.
 HANDLERS: dict[str, str] = {
-    "probe": "opmatrix.probes.command:probe",
-    "merge": "opmatrix.matrix.command:merge",
+    "probe": "opmatrix.pipeline:probe",
+    "merge": "opmatrix.pipeline:merge",
     "validate": "opmatrix.cli:_validate",
     "query": "opmatrix.matrix.command:query",
     "report": "opmatrix.reports.command:report",
@@ -72,10 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "sample per op at float32; all = that check at every dtype (default auto)")
     p.add_argument("--max-restarts", type=int, help="abort after this many worker replacements")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--force", action="store_true", help="write into a non-empty --out that opmatrix did not make")
 
     p = sub.add_parser("merge", help="merge shard journals -> one matrix")
     p.add_argument("journals", nargs="+", metavar="JOURNAL")
     p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--force", action="store_true", help="write into a non-empty --out that opmatrix did not make")
 
     p = sub.add_parser("validate", help="validate matrix or contract files; exit 2 if invalid")
     p.add_argument("files", nargs="+", metavar="FILE")
@@ -96,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline", metavar="MATRIX", help="previous release's matrix (adds a diff page)")
     p.add_argument("--gate", metavar="RESULT.json", help="gate result to show on the index")
     p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--force", action="store_true", help="write into a non-empty --out that opmatrix did not make")
 
     p = sub.add_parser("gate", help="release gate: exit 0 pass, 1 blocked, 2 invalid input")
     p.add_argument("--matrix", required=True)
@@ -130,8 +133,10 @@ def _validate(args: argparse.Namespace) -> int:
             model = validate_file(path)
         except ArtifactError as exc:
             bad += 1
+            from opmatrix.schema.text import terminal_text
+
             for line in exc.messages:
-                print(line, file=sys.stderr)
+                print(terminal_text(line), file=sys.stderr)
             continue
         if isinstance(model, Matrix):
             what = f"matrix, {len(model.operators)} operators, {model.cell_count()} cells"
@@ -182,7 +187,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(handler(args))
     except (ArtifactError, UsageError) as exc:
-        print(str(exc), file=sys.stderr)
+        from opmatrix.schema.text import terminal_text
+
+        print(terminal_text(str(exc)), file=sys.stderr)
         return 2
     except OSError as exc:  # an unwritable --out / --junit, a path that is a folder ...
         where = f" {exc.filename!r}" if exc.filename else ""

@@ -1,30 +1,30 @@
-"""``opmatrix probe``: plan the tasks, run them in isolated workers, write journal and matrix.
+"""Planning ``opmatrix probe``: check every argument, then plan the tasks and the run's identity.
 
-    opmatrix probe --backend refaccel --generation g2 --ops softmax,add --out out/refaccel-g2
+    plan = plan_probe(args)     # UsageError (exit 2) before any worker starts or anything is written
+    plan.tasks, plan.identity, plan.out
 
-Exit codes: 0 when every planned task was recorded (cells that are wrong or raised are results,
-counted in the summary); 1 when the run aborted (restart cap) or a cell crashed, hung or
-poisoned its worker; 2 invalid input; 130 interrupted (``--resume`` continues).
+The run itself (lock the directory, run the workers, build the matrix) is orchestrated by
+``opmatrix.pipeline``, above both this package and ``opmatrix.matrix``.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import math
 import platform
 import shlex
 import sys
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from opmatrix.schema import DEFAULT_DTYPES, BackendId, Evidence, Layout, OpSource, dump_model
+from opmatrix.schema import DEFAULT_DTYPES, BackendId, Evidence, Layout, OpSource
 from opmatrix.schema.enums import DTYPES
+from opmatrix.schema.journal import RunIdentity
 
-__all__ = ["plan_op_tasks", "probe"]
-
-_PROCESS_FAULTS = ("crashed", "hung", "poisoned")
-
+__all__ = ["ProbePlan", "plan_op_tasks", "plan_probe", "probe_evidence", "worker_evidence"]
 
 def _usage(message: str) -> Exception:
     from opmatrix.schema import UsageError
@@ -40,6 +40,9 @@ def _validate_names(values: list[str] | None, allowed: list[str], flag: str) -> 
     if values is None:
         return None
     import difflib
+
+    if not values:
+        raise _usage(f"{flag}: empty; name at least one (choose from {', '.join(allowed)}) or leave {flag} out")
 
     for v in values:
         if v not in allowed:
@@ -83,7 +86,7 @@ def _identity(adapter: Any) -> BackendId:
     return adapter.identity()  # type: ignore[no-any-return]
 
 
-def _worker_evidence(records: list[Any]) -> Evidence | None:
+def worker_evidence(records: list[Any]) -> Evidence | None:
     """The evidence a worker recorded in the journal header (versions seen on the device side)."""
     from opmatrix.schema import JournalHeader
 
@@ -96,8 +99,9 @@ def _shard_of(tasks: list[Any], shard: tuple[int, int]) -> list[Any]:
     return list(select_shard(tasks, *shard))
 
 
-def _evidence(adapter: Any, command: str, started: str, source: OpSource | None,
-              worker: Evidence | None = None) -> Evidence:
+def probe_evidence(adapter: Any, command: str, started: str, source: OpSource | None,
+                   worker: Evidence | None = None) -> Evidence:
+    """The matrix's evidence block: versions as the workers saw them, else as the adapter says."""
     import torch
 
     if worker is not None:  # versions as the workers saw them: the parent never initialises the device
@@ -125,98 +129,105 @@ def _evidence(adapter: Any, command: str, started: str, source: OpSource | None,
     )
 
 
-def probe(args: argparse.Namespace) -> int:
-    """Run ``opmatrix probe``."""
+@dataclass
+class ProbePlan:
+    """Everything ``opmatrix probe`` decided before starting a worker."""
+
+    adapter: Any
+    backend_id: BackendId
+    out: Path
+    command: str
+    started: str
+    tasks: list[Any]
+    planned: list[Any]
+    identity: RunIdentity
+    source: OpSource | None = None
+    shard: tuple[int, int] | None = None
+    devices: list[int] | None = None
+    run_options: dict[str, Any] = field(default_factory=dict)
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    for flag, value in (("--workers", args.workers), ("--threads", args.threads)):
+        if value is not None and value < 1:
+            raise _usage(f"{flag}: must be at least 1, got {value}")
+    if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise _usage(f"--timeout: must be a finite number of seconds above 0, got {args.timeout!r}")
+    if args.devices is not None and (not args.devices or not all(d.isdigit() for d in args.devices)):
+        raise _usage(f"--devices: expected device indices like 0,1, got {','.join(args.devices)!r}")
+    if args.max_restarts is not None and args.max_restarts < 0:
+        raise _usage("--max-restarts: must be 0 or more")
+    if args.ops is not None and not args.ops:
+        raise _usage("--ops: empty; name OpInfo names or patterns (e.g. --ops softmax,add or --ops 'linalg.*'), "
+                     "or leave --ops out to probe every op")
+
+
+def _adapter(args: argparse.Namespace) -> Any:
     from opmatrix.backend import UnknownBackend, get_adapter
 
     try:
         adapter = get_adapter(args.backend, generation=args.generation)
     except UnknownBackend as exc:
         raise _usage(str(exc)) from None
+    known = adapter.generations()
+    if args.generation is not None and known is not None and args.generation not in known:
+        raise _usage(f"--generation: {args.backend} has no generation {args.generation!r} (choose from {', '.join(known)})")
+    problems = adapter.preflight()
+    if problems:
+        raise _usage(problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+    return adapter
+
+
+def _shard(text: str | None) -> tuple[int, int] | None:
+    if not text:
+        return None
+    from opmatrix.probes.runner import parse_shard
+
+    try:
+        return parse_shard(text)  # type: ignore[no-any-return]
+    except ValueError as exc:
+        raise _usage(f"--shard: {exc}") from None
+
+
+def _op_tasks(args: argparse.Namespace, dtypes: list[str], layouts: list[str] | None) -> tuple[list[Any], OpSource | None, list[str], dict[str, Any]]:
+    if args.runtime_only:
+        return [], None, [], {}
+    from opmatrix.probes.ops.source import UnknownOp, select_ops, source_hash
+
+    try:
+        entries = select_ops(args.ops)
+    except UnknownOp as exc:
+        raise _usage(str(exc)) from None
+    options: dict[str, Any] = {"compile": "off" if args.no_compile else args.compile}
+    if layouts:
+        options["layouts"] = layouts
+    names = [e.full_name for e in entries]
+    source = OpSource(name="opinfo", entries=len(entries), hash=source_hash(entries))
+    return plan_op_tasks(names, dtypes, options), source, names, options
+
+
+def plan_probe(args: argparse.Namespace) -> ProbePlan:
+    """Check every argument of ``opmatrix probe`` and plan the run; UsageError names the fix."""
+    _check_numbers(args)
     dtypes = _validate_names(args.dtypes, list(DTYPES), "--dtypes") or list(DEFAULT_DTYPES)
     layouts = _validate_names(args.layouts, [lay.value for lay in Layout], "--layouts")
-    if args.shard:
-        from opmatrix.probes.runner import parse_shard
-
-        try:
-            shard = parse_shard(args.shard)
-        except ValueError as exc:
-            raise _usage(f"--shard: {exc}") from None
-    else:
-        shard = None
-    if args.workers is not None and args.workers < 1:
-        raise _usage("--workers: must be at least 1")
-    if args.threads is not None and args.threads < 1:
-        raise _usage("--threads: must be at least 1")
-    if args.timeout is not None and args.timeout <= 0:
-        raise _usage("--timeout: must be positive")
-    if args.devices and not all(d.isdigit() for d in args.devices):
-        raise _usage(f"--devices: expected device indices like 0,1, got {','.join(args.devices)!r}")
-    if args.max_restarts is not None and args.max_restarts < 0:
-        raise _usage("--max-restarts: must be 0 or more")
-    devices = [int(d) for d in args.devices] if args.devices else None
+    shard = _shard(args.shard)
+    adapter = _adapter(args)
     out = Path(args.out or f"out/{args.backend.replace(':', '_')}{'-' + args.generation if args.generation else ''}")
     command = "opmatrix " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else "opmatrix probe"
     started = _now()
-
-    from opmatrix.probes.ops.source import UnknownOp, select_ops, source_hash
-
-    tasks: list[Any] = []
-    source = None
-    if not args.runtime_only:
-        try:
-            entries = select_ops(args.ops)
-        except UnknownOp as exc:
-            raise _usage(str(exc)) from None
-        options: dict[str, Any] = {"compile": "off" if args.no_compile else args.compile}
-        if layouts:
-            options["layouts"] = layouts
-        tasks = plan_op_tasks([e.full_name for e in entries], dtypes, options)
-        source = OpSource(name="opinfo", entries=len(entries), hash=source_hash(entries))
+    tasks, source, names, options = _op_tasks(args, dtypes, layouts)
     if not args.no_runtime:
         tasks = _runtime_tasks(args.backend, args.generation) + tasks
-
-    from opmatrix.probes.runner import run
-
-    identity = _identity(adapter)
-    summary = run(
-        tasks, backend=args.backend, generation=args.generation, out_dir=out, workers=args.workers,
-        threads=args.threads, timeout=args.timeout, resume=args.resume, devices=devices, shard=shard,
-        max_restarts=args.max_restarts,
-        options={"op_source_hash": source.hash if source else ""}, progress=not args.quiet, command=command,
+    identity = RunIdentity(
+        backend=args.backend, generation=adapter.generation, adapter=f"{type(adapter).__module__}.{type(adapter).__qualname__}",
+        ops=names, dtypes=[] if args.runtime_only else dtypes, layouts=layouts,
+        runtime="only" if args.runtime_only else "off" if args.no_runtime else "on",
+        options={k: v for k, v in options.items() if not isinstance(v, list)}, shard=args.shard or None,
+        op_source_hash=source.hash if source else "",
     )
-    if summary.interrupted:  # the runner has said how many are recorded and how to resume
-        return 130
-
-    from opmatrix.matrix.build import build_matrix
-    from opmatrix.matrix.journal import read_journal
-
-    records = read_journal(out / "journal.jsonl")
-    evidence = _evidence(adapter, command, started, source, _worker_evidence(records))
-    matrix = build_matrix(records, backend=identity, evidence=evidence)
-    recorded = {getattr(r, "task", None) for r in records}
-    planned = {t.id for t in tasks} if shard is None else {t.id for t in _shard_of(tasks, shard)}
-    missing = sorted(planned - recorded)
-    if missing:  # an aborted run: what was planned but never ran is said, not silently absent
-        why = f"not run: the run aborted ({summary.message})" if summary.aborted else "not run"
-        matrix = matrix.model_copy(update={"skipped": {**matrix.skipped, **{m: why for m in missing}}})
-    dump_model(matrix, out / "matrix.yaml", command=command)
-    faults = {k: v for k, v in sorted(summary.faults.items()) if v}
-    paths = ", ".join(f"{k} {v}" for k, v in sorted(summary.paths.items()))
-    print(f"{identity.name}{'/' + identity.generation if identity.generation else ''}: "
-          f"{summary.recorded}/{summary.planned} tasks ({summary.reused} reused), {matrix.cell_count()} cells "
-          f"in {len(matrix.operators)} operators, {len(matrix.skipped)} skipped task(s), {summary.seconds:.1f} s")
-    if paths:
-        print(f"cells by path: {paths}")
-    if faults:
-        print("faulted cells: " + ", ".join(f"{k} {v}" for k, v in faults.items()))
-    print(f"journal: {out / 'journal.jsonl'}")
-    print(f"matrix:  {out / 'matrix.yaml'}")
-    if summary.aborted:
-        print(f"aborted: {summary.message}", file=sys.stderr)
-        return 1
-    if any(faults.get(k) for k in _PROCESS_FAULTS):
-        return 1
-    return 0
-
-
+    return ProbePlan(
+        adapter=adapter, backend_id=_identity(adapter), out=out, command=command, started=started, tasks=tasks,
+        planned=tasks if shard is None else _shard_of(tasks, shard), identity=identity, source=source, shard=shard,
+        devices=[int(d) for d in args.devices] if args.devices else None,
+    )

@@ -7,6 +7,7 @@ import shlex
 import sys
 
 from opmatrix.schema import load_matrix
+from opmatrix.schema.outdir import claim_dir
 
 from .gate import load_gate
 from .site import render_site
@@ -29,15 +30,12 @@ def report(args: argparse.Namespace) -> int:
     """Render the support site; prints the index path. Exit 2 (via ArtifactError) on bad input."""
     matrix = load_matrix(args.matrix)
     baseline = load_matrix(args.baseline) if getattr(args, "baseline", None) else None
-    gate = load_gate(args.gate) if getattr(args, "gate", None) else None
-    result = render_site(
-        matrix,
-        args.out,
-        baseline=baseline,
-        gate=gate,
-        command=report_command(args),
-        source=args.matrix,
-    )
+    gate = load_gate(args.gate, matrix) if getattr(args, "gate", None) else None
+    command = report_command(args)
+    with claim_dir(args.out, kind="site", command=command, force=getattr(args, "force", False)) as claim:
+        for note in claim.notes:
+            print(note, file=sys.stderr)
+        result = render_site(matrix, args.out, baseline=baseline, gate=gate, command=command, source=args.matrix)
     print(
         f"wrote {len(result.written)} files ({result.unchanged} unchanged"
         f"{f', {len(result.removed)} removed' if result.removed else ''}) to {args.out}",

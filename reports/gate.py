@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from opmatrix.schema import ArtifactError
+from opmatrix.schema import ArtifactError, Matrix
 
-__all__ = ["GateRow", "GateTable", "GateView", "gate_view", "load_gate"]
+__all__ = ["GateRow", "GateTable", "GateView", "check_gate_pair", "gate_view", "load_gate"]
 
 _LIST_KEYS = ("requirements", "results", "checks", "findings", "blocking", "items", "failures")
 _FIRST_COLUMNS = ("id", "level", "name", "requirement", "kind", "title", "op", "dtype", "status", "result", "passed",
@@ -146,8 +146,25 @@ def gate_view(data: Any) -> GateView:
     return GateView(verdict=verdict, passed=passed, fields=fields, tables=tables)
 
 
-def load_gate(path: str | os.PathLike[str]) -> GateView:
-    """Read a gate result JSON file; an unreadable file is an :class:`ArtifactError` (exit 2)."""
+def check_gate_pair(data: Any, matrix: Matrix, path: str | os.PathLike[str]) -> None:
+    """Refuse a gate result that is not this matrix's: backend, generation and matrix digest must match."""
+    if not isinstance(data, Mapping):
+        raise ArtifactError([f"{path}: not a gate result (expected the JSON object of `opmatrix gate --json`)"])
+    want = {"backend": matrix.backend.name, "generation": matrix.backend.generation, "matrix_digest": matrix.digest()}
+    missing = [k for k in want if k not in data]
+    if missing:
+        raise ArtifactError([f"{path}: not a gate result of this matrix: it lacks {', '.join(missing)}; "
+                             "write it with `opmatrix gate --matrix MATRIX ... --json FILE` for the matrix reported"])
+    wrong = [f"{k} {data[k]!r} (the matrix: {v!r})" for k, v in want.items() if data[k] != v]
+    if wrong:
+        raise ArtifactError([f"{path}: the gate result belongs to another matrix: {'; '.join(wrong)}; run "
+                             "`opmatrix gate` on this matrix again, or report the matrix it judged"])
+
+
+def load_gate(path: str | os.PathLike[str], matrix: Matrix | None = None) -> GateView:
+    """Read a gate result JSON file; an unreadable file is an :class:`ArtifactError` (exit 2).
+
+    With ``matrix``, the result must be that matrix's (:func:`check_gate_pair`)."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -156,4 +173,6 @@ def load_gate(path: str | os.PathLike[str]) -> GateView:
         raise ArtifactError([f"{path}: cannot read: {exc}"]) from None
     except json.JSONDecodeError as exc:
         raise ArtifactError([f"{path}:{exc.lineno}: not JSON: {exc.msg}"]) from None
+    if matrix is not None:
+        check_gate_pair(data, matrix, path)
     return gate_view(data)

@@ -27,6 +27,7 @@ from opmatrix.schema.conditions import describe
 
 from .chart import coverage_chart
 from .diff import DiffView, diff_view
+from .files import SiteFiles
 from .gate import GateView
 from .names import page_names
 from .summary import (
@@ -77,27 +78,6 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-class _Writer:
-    """Writes files only when their bytes change, and remembers what it did."""
-
-    def __init__(self, result: SiteResult) -> None:
-        self.result = result
-
-    def write(self, path: Path, text: str) -> None:
-        data = text.encode("utf-8")
-        try:
-            if path.read_bytes() == data:
-                self.result.unchanged += 1
-                return
-        except (FileNotFoundError, IsADirectoryError):
-            pass
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)  # readers never see half a page
-        self.result.written.append(path)
-
-
 def _comment_text(text: str) -> Markup:
     """Text for inside ``<!-- -->``, kept copy-pasteable: only what could end the comment is defused."""
     for bad, safe in (("<!--", "&lt;!--"), ("--!>", "--!&gt;"), ("-->", "--&gt;")):
@@ -129,7 +109,7 @@ def render_site(
     out_dir = Path(out)
     env = _environment()
     result = SiteResult(index=out_dir / "index.html")
-    writer = _Writer(result)
+    files = SiteFiles(out_dir)
     pages = page_names(matrix.operators)
     dtypes = dtype_columns(matrix)
     cov = coverage(matrix)
@@ -146,7 +126,7 @@ def render_site(
 
     for name in sorted(os.listdir(STATIC)):
         if not name.startswith("."):
-            writer.write(out_dir / "static" / name, (STATIC / name).read_text(encoding="utf-8"))
+            files.add(f"static/{name}", (STATIC / name).read_text(encoding="utf-8"))
 
     index = env.get_template("index.html").render(
         **common,
@@ -159,7 +139,7 @@ def render_site(
         gate=gate,
         ops_dir=OPS_DIR,
     )
-    writer.write(out_dir / "index.html", index)
+    files.add("index.html", index)
 
     op_template = env.get_template("op.html")
     links = dict(pages)
@@ -175,26 +155,12 @@ def render_site(
             by_dtype=op_counts(entries, dtypes),
             links=links,
         )
-        writer.write(out_dir / OPS_DIR / pages[op], html)
-    _remove_stale(out_dir / OPS_DIR, set(pages.values()), result)
+        files.add(f"{OPS_DIR}/{pages[op]}", html)
 
-    diff_path = out_dir / "diff.html"
     if diff is not None and baseline is not None:
         html = env.get_template("diff.html").render(
             **common, root="", page="diff", diff=diff, baseline=baseline, links=links, ops_dir=OPS_DIR
         )
-        writer.write(diff_path, html)
-    elif diff_path.exists():
-        diff_path.unlink()
-        result.removed.append(diff_path)
+        files.add("diff.html", html)
+    files.commit(result)  # pages of an earlier render that this one does not make are removed
     return result
-
-
-def _remove_stale(folder: Path, keep: set[str], result: SiteResult) -> None:
-    """Delete operator pages this render did not produce (only ``*.html`` in our own folder)."""
-    if not folder.is_dir():
-        return
-    for path in sorted(folder.glob("*.html")):
-        if path.name not in keep:
-            path.unlink()
-            result.removed.append(path)

@@ -26,6 +26,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from .contract import Contract
+from .lines import LineIndex
 from .matrix import Matrix
 
 __all__ = [
@@ -169,34 +170,6 @@ def _format_loc(loc: tuple[Any, ...]) -> str:
     return out or "<document>"
 
 
-def _line_of(text: str, loc: tuple[Any, ...]) -> int | None:
-    """Line (1-based) of the node at ``loc`` inside the YAML ``text``, when it can be found."""
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError:
-        return None
-    line = None
-    for part in loc:
-        if node is None:
-            break
-        line = node.start_mark.line + 1
-        if isinstance(node, yaml.MappingNode):
-            nxt = None
-            for k, v in node.value:
-                if k.value == str(part):
-                    nxt = v
-                    line = k.start_mark.line + 1
-                    break
-            node = nxt
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
-            node = node.value[part]
-        else:
-            node = None
-    if node is not None:
-        line = node.start_mark.line + 1
-    return line
-
-
 def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
     """The model class whose field set applies at ``loc`` (for unknown-field suggestions)."""
     import typing
@@ -252,6 +225,8 @@ def _describe_error(err: dict[str, Any], model: type[BaseModel]) -> str:
     msg = err.get("msg", kind)
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
+    if not err["loc"]:  # a whole-document invariant (e.g. integrity): the input is the whole file
+        return msg
     shown = repr(value)
     if len(shown) > 80:
         shown = shown[:77] + "..."
@@ -260,9 +235,10 @@ def _describe_error(err: dict[str, Any], model: type[BaseModel]) -> str:
 
 def _validation_messages(exc: ValidationError, model: type[BaseModel], where: str, text: str | None) -> list[str]:
     out = []
+    index = LineIndex(text) if text is not None else None  # built once: all errors in one parse's time
     for err in exc.errors():
         loc = tuple(err["loc"])
-        line = _line_of(text, loc) if text is not None else None
+        line = index.line_of(loc) if index is not None else None
         prefix = f"{where}:{line}" if line else where
         out.append(f"{prefix}: {_format_loc(loc)}: {_describe_error(dict(err), model)}")
     return out
@@ -379,6 +355,8 @@ def dump_yaml(data: Any, *, header: str = "", pure: bool = False) -> str:
 
 def dumps_model(model: BaseModel, *, command: str = "", pure: bool = False) -> str:
     """YAML text of an artifact with a header naming the command that produced it."""
+    if isinstance(model, Matrix):
+        model = model.seal()  # counts and digest: a cut or edited copy is detected on load
     kind = type(model).__name__.lower()
     header = f"opmatrix {kind}, schema version 1 (JSON Schema: `opmatrix schema {kind}`)."
     if command:

@@ -18,7 +18,7 @@ from .base import Model
 from .enums import DType, Layout, Mode, Outcome
 from .matrix import CellResult, ErrorInfo, Evidence, Runtime, RuntimeCheck
 
-__all__ = ["CellRecord", "TaskRecord", "RuntimeRecord", "JournalHeader"]
+__all__ = ["CellRecord", "TaskRecord", "RuntimeRecord", "JournalHeader", "RunIdentity"]
 
 
 class CellRecord(Model):
@@ -65,6 +65,43 @@ class RuntimeRecord(Model):
     )
 
 
+class RunIdentity(Model):
+    """What defines a run: ``--resume`` continues a journal only under the same identity.
+
+    Options that only change how fast a run goes (workers, threads, timeout) are not part of it.
+    """
+
+    backend: str
+    generation: str | None = None
+    adapter: str = Field(description="the adapter class, module.qualname")
+    ops: list[str] = Field(default_factory=list, description="selected source entries (OpInfo full names)")
+    dtypes: list[str] = Field(default_factory=list)
+    layouts: list[str] | None = Field(default=None, description="None: every layout")
+    runtime: Literal["on", "off", "only"] = "on"
+    options: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
+    shard: str | None = None
+    op_source_hash: str = ""
+
+    def differences(self, other: RunIdentity) -> list[str]:
+        """What differs from ``other`` (the journal's), one readable item per field."""
+        out = []
+        for name in type(self).model_fields:
+            mine, theirs = getattr(self, name), getattr(other, name)
+            if mine == theirs:
+                continue
+            if isinstance(mine, list) and isinstance(theirs, list):
+                added, gone = sorted(set(mine) - set(theirs)), sorted(set(theirs) - set(mine))
+                parts = [f"{len(theirs)} in the journal, {len(mine)} now"]
+                if added:
+                    parts.append(f"new: {', '.join(added[:3])}{' ...' if len(added) > 3 else ''}")
+                if gone:
+                    parts.append(f"not selected now: {', '.join(gone[:3])}{' ...' if len(gone) > 3 else ''}")
+                out.append(f"{name} ({'; '.join(parts)})")
+            else:
+                out.append(f"{name} ({theirs!r} in the journal, {mine!r} now)")
+        return out
+
+
 class JournalHeader(Model):
     """First line of a journal: what run it belongs to."""
 
@@ -79,3 +116,4 @@ class JournalHeader(Model):
     dispatch_key: str | None = Field(default=None, description="dispatcher key (BackendId.dispatch_key)")
     evidence: Evidence | None = Field(default=None, description="the run's evidence block, for opmatrix merge")
     runtime: Runtime | None = Field(default=None, description="devices and claimed capabilities, for opmatrix merge")
+    run: RunIdentity | None = Field(default=None, description="what defines the run; --resume must match it")

@@ -37,6 +37,7 @@ from .enums import (
     Outcome,
     ReferenceKind,
 )
+from .integrity import Integrity, content_digest
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -59,6 +60,14 @@ __all__ = [
 
 SCHEMA_VERSION = 1
 
+
+def _printable(value: str, what: str = "name") -> str:
+    """A name shown in terminals and pages: control characters (ESC, BEL, newlines ...) are refused."""
+    bad = next((ch for ch in value if not ch.isprintable()), None)
+    if bad is not None:
+        raise ValueError(f"{what} {value!r} contains the control character {bad!r}; names must be printable text")
+    return value
+
 Scalar = str | int | float | bool | None
 
 
@@ -69,6 +78,11 @@ class BackendId(Model):
     device_type: str = Field(min_length=1, description="torch device type, e.g. refaccel, cuda")
     dispatch_key: str = Field(min_length=1, description="dispatcher key, e.g. PrivateUse1, CUDA")
     generation: str | None = Field(default=None, description="device generation, e.g. g2")
+
+    @field_validator("name", "device_type", "dispatch_key", "generation")
+    @classmethod
+    def _names(cls, value: str | None) -> str | None:
+        return value if value is None else _printable(value)
 
 
 class OpSource(Model):
@@ -171,6 +185,11 @@ class FallbackEvidence(Model):
     )
     bytes_per_call: int | None = Field(default=None, ge=0, description="most bytes those copies moved in one call")
 
+    @field_validator("ops")
+    @classmethod
+    def _op_names(cls, ops: list[str]) -> list[str]:
+        return [_printable(op, "fallback op") for op in ops]
+
 
 class Samples(Model):
     """How many samples were probed and passed; per-path counts when they took different paths."""
@@ -209,6 +228,11 @@ class CellResult(Model):
     components: list[str] = Field(default_factory=list, description="ops a composite ran as")
     fallback: FallbackEvidence = Field(default_factory=FallbackEvidence)
     samples: Samples
+
+    @field_validator("components")
+    @classmethod
+    def _component_names(cls, ops: list[str]) -> list[str]:
+        return [_printable(op, "component op") for op in ops]
     error: ErrorInfo | None = None
     note: str | None = None
 
@@ -244,6 +268,9 @@ class Matrix(Model):
     """A backend's support matrix: identity, evidence, runtime data and operator entries."""
 
     schema_version: Literal[1] = 1
+    integrity: Integrity | None = Field(
+        default=None, description="the matrix's own cell and operator counts and content digest (see seal())"
+    )
     backend: BackendId
     evidence: Evidence
     runtime: Runtime = Field(default_factory=Runtime)
@@ -257,13 +284,49 @@ class Matrix(Model):
         description="units that never ran ('source|dtype unit'), with the reason: not cells, never counted as probed",
     )
 
+    @field_validator("skipped")
+    @classmethod
+    def _task_names(cls, skipped: dict[str, str]) -> dict[str, str]:
+        for name in skipped:
+            _printable(name, "skipped task")
+        return skipped
+
     @field_validator("operators")
     @classmethod
     def _op_names(cls, ops: dict[str, list[Entry]]) -> dict[str, list[Entry]]:
         for name in ops:
-            if not name or any(ch.isspace() for ch in name) or len(name) > 200:
+            if not name or any(ch.isspace() or not ch.isprintable() for ch in name) or len(name) > 200:
                 raise ValueError(f"operator name {name!r} is not an ATen overload name like aten.add.Tensor")
         return ops
+
+    @model_validator(mode="after")
+    def _proves_itself(self) -> Matrix:
+        seal = self.integrity
+        if seal is None:
+            return self
+        cells, ops = self.cell_count(), len(self.operators)
+        if (cells, ops) != (seal.cells, seal.operators):
+            raise ValueError(
+                f"truncated or edited: integrity says {seal.cells} cells in {seal.operators} operators, the file holds "
+                f"{cells} in {ops}; regenerate it with the command in its header (or restore the original)"
+            )
+        if self.digest() != seal.digest:
+            raise ValueError(
+                "edited after it was written: its content no longer matches integrity.digest; regenerate it with "
+                "the command in its header (or restore the original)"
+            )
+        return self
+
+    def digest(self) -> str:
+        """``sha256:<hex>`` of the content: every field but ``integrity``."""
+        data = self.model_dump(mode="json", exclude={"integrity"}, exclude_defaults=True)
+        data["schema_version"] = self.schema_version
+        return content_digest(data)
+
+    def seal(self) -> Matrix:
+        """This matrix with its ``integrity`` block filled in (what every writer stores)."""
+        block = Integrity(cells=self.cell_count(), operators=len(self.operators), digest=self.digest())
+        return self.model_copy(update={"integrity": block})
 
     def cell_count(self) -> int:
         """Number of probed cells (the expansion of every entry)."""

@@ -206,7 +206,11 @@ def test_malformed_line_in_the_middle_names_file_and_line(tmp_path: Path):
                     + dumps_records(softmax_records()[:1]))
     with pytest.raises(ArtifactError) as err:
         read_journal(path)
-    assert str(err.value) == f"{path}:2: not a JSON object (a journal has one JSON record per line)"
+    assert str(err.value) == (
+        f"{path}:2: not JSON (a corrupt line in the middle of the journal); remove line 2 from {path} (or move "
+        "the journal aside and probe again without --resume); the lines after it are intact, so this is not a "
+        "run cut short"
+    )
 
 
 def test_invalid_record_names_file_line_and_field(tmp_path: Path):

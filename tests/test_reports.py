@@ -182,9 +182,15 @@ def test_gate_view_reads_any_reasonable_shape(data: object, verdict: str, passed
     assert (view.verdict, view.passed, len(view.rows)) == (verdict, passed, rows)
 
 
+def _belongs_to(matrix: Matrix) -> dict[str, object]:
+    """The fields that tie a gate result to the matrix it judged (report --gate checks them)."""
+    return {"backend": matrix.backend.name, "generation": matrix.backend.generation, "matrix_digest": matrix.digest()}
+
+
 def test_gate_verdict_on_the_index(tmp_path: Path, example_matrix_path: Path):
     """`--gate RESULT.json` puts the verdict and the requirement table on the index, as text."""
-    gate = {"verdict": "blocked", "level": 2, "requirements": [{"name": HOSTILE, "status": "fail", "message": "float64 rejected"}]}
+    gate = {"verdict": "blocked", "level": 2, "requirements": [{"name": HOSTILE, "status": "fail", "message": "float64 rejected"}],
+            **_belongs_to(load_matrix(example_matrix_path))}
     (tmp_path / "gate.json").write_text(json.dumps(gate))
     proc = run_cli("report", str(example_matrix_path), "--gate", str(tmp_path / "gate.json"), "--out", str(tmp_path / "s"))
     assert proc.returncode == 0, proc.stderr
@@ -215,9 +221,10 @@ def test_gate_result_of_opmatrix_gate_shape(tmp_path: Path, example_matrix_path:
     assert main.columns[:8] == ["id", "level", "kind", "title", "status", "blocking", "message", "cells"]
     assert main.rows[0].cells[7] == "5000 items" and main.rows[0].tone == "fail" and main.rows[1].tone == "pass"
     assert view.tables[2].total == 900 and len(view.tables[2].rows) == 200
-    (tmp_path / "gate.json").write_text(json.dumps(gate))
-    assert run_cli("report", str(example_matrix_path), "--gate", str(tmp_path / "gate.json"), "--out", str(tmp_path)).returncode == 0
-    html = (tmp_path / "index.html").read_text()
+    (tmp_path / "gate.json").write_text(json.dumps({**gate, **_belongs_to(load_matrix(example_matrix_path))}))
+    site = tmp_path / "site"
+    assert run_cli("report", str(example_matrix_path), "--gate", str(tmp_path / "gate.json"), "--out", str(site)).returncode == 0
+    html = (site / "index.html").read_text()
     assert "<summary>blocking (900)</summary>" in html and "… and 700 more in the gate's JSON." in html
     assert "<dt>improvement yaml</dt><dd><details><summary>3 lines</summary><pre>- level: 2\n  operators: []\n</pre>" in html
     assert len(html) < 200_000

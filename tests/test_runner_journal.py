@@ -126,7 +126,7 @@ def test_resume_rejects_a_corrupt_line_in_the_middle(tmp_path: Path) -> None:
     """Only the last line may be torn; garbage before it is named, not silently dropped."""
     path = tmp_path / "journal.jsonl"
     path.write_text('{"kind":"header","backend":"cpu","planned":2}\nnot json\n{"kind":"task","task":"a|float32"}\n')
-    with pytest.raises(ValueError, match="line 2 is not JSON"):
+    with pytest.raises(ValueError, match=r"journal.jsonl:2: not JSON .*remove line 2"):
         open_for_resume(path)
 
 

@@ -36,6 +36,18 @@ class RefaccelAdapter(Adapter):
     def __init__(self, generation: str | None = None, device_index: int = 0):
         super().__init__(generation or os.environ.get("OPMATRIX_REFACCEL_GEN", "").strip() or "g2", device_index)
 
+    def generations(self) -> list[str] | None:
+        """g1 and g2 (the kernel table's generations)."""
+        from .table import load_table
+
+        return sorted(load_table()["generations"])
+
+    def preflight(self) -> list[str]:
+        """``OPMATRIX_REFACCEL_FAULT`` must name known modes and overloads that exist."""
+        from .faults import check_spec
+
+        return check_spec(os.environ.get("OPMATRIX_REFACCEL_FAULT", ""))
+
     def setup(self) -> None:
         """Install this generation and initialise the runtime (raises naming the cause)."""
         import torch

@@ -22,7 +22,7 @@ import torch
 
 from . import runtime
 
-__all__ = ["MODES", "ACTIVE", "inject_fault", "clear_faults", "load_from_env", "trigger"]
+__all__ = ["MODES", "ACTIVE", "check_spec", "inject_fault", "clear_faults", "load_from_env", "trigger"]
 
 MODES = ("crash", "abort", "hang", "oom", "poison")
 #: op name -> mode; read by every kernel (an empty dict costs one truth test per call)
@@ -54,6 +54,32 @@ def load_from_env() -> None:
         if not sep or not op:
             raise ValueError(f"OPMATRIX_REFACCEL_FAULT: expected mode:op (e.g. crash:aten::mul.Tensor), got {item!r}")
         inject_fault(mode, op)
+
+
+def _op_exists(op: str) -> bool:
+    namespace, _, rest = _normalise(op).partition("::")
+    name, _, overload = rest.partition(".")
+    packet = getattr(getattr(torch.ops, namespace, None), name, None) if name else None
+    if packet is None or not hasattr(packet, "overloads"):
+        return False
+    return not overload or overload in packet.overloads() or (overload == "default" and "default" in packet.overloads())
+
+
+def check_spec(spec: str) -> list[str]:
+    """Problems with an ``OPMATRIX_REFACCEL_FAULT`` value (unknown mode, an op that matches no
+    overload), without injecting anything; empty when it is valid."""
+    problems = []
+    for item in filter(None, (s.strip() for s in spec.split(","))):
+        mode, sep, op = item.partition(":")
+        if not sep or not op:
+            problems.append(f"OPMATRIX_REFACCEL_FAULT: expected mode:op (e.g. crash:aten::mul.Tensor), got {item!r}")
+        elif mode not in MODES:
+            problems.append(f"OPMATRIX_REFACCEL_FAULT: unknown fault mode {mode!r} in {item!r} "
+                            f"(choose from {', '.join(MODES)})")
+        elif not _op_exists(op):
+            problems.append(f"OPMATRIX_REFACCEL_FAULT: {op!r} in {item!r} matches no operator overload; name one "
+                            "like aten::mul.Tensor or an operator like aten::mul")
+    return problems
 
 
 def trigger(name: str, base: str) -> None:

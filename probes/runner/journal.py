@@ -2,7 +2,8 @@
 
 ``DIR/journal.jsonl`` starts with a :class:`~opmatrix.schema.JournalHeader` line, then one
 record per finished task, each written and flushed before the next task is handed out. A killed
-run leaves at most one cut-off last line, which :func:`open_for_resume` truncates away::
+run leaves at most one cut-off last line, which :func:`open_for_resume` truncates away (the
+rules are those of :mod:`opmatrix.schema.journalfile`, the one reader of the format)::
 
     {"kind":"header","backend":"cpu","planned":88,...}
     {"kind":"task","task":"add|float32","evidence_key":"3f1c...",...}
@@ -22,6 +23,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
+
+from opmatrix.schema.journalfile import scan_journal
 
 from .task import Task
 
@@ -46,35 +49,11 @@ class JournalState:
 
 
 def _scan(path: Path) -> tuple[JournalState, int]:
-    """Parse ``path``; returns the state and the byte length of its complete, valid prefix."""
-    state = JournalState()
-    good = 0
-    with path.open("rb") as fh:
-        data = fh.read()
-    pos = 0
-    while pos < len(data):
-        end = data.find(b"\n", pos)
-        if end < 0:
-            state.dropped_tail = True  # a write cut short by a kill: no newline
-            break
-        line = data[pos:end].decode("utf-8", errors="replace").strip()
-        try:
-            obj = json.loads(line) if line else None
-        except json.JSONDecodeError:
-            obj = None
-            if data.find(b"\n", end + 1) < 0 and not data[end + 1 :].strip():
-                state.dropped_tail = True  # garbage only on the last line: a torn write
-                break
-            number = data.count(b"\n", 0, pos) + 1
-            raise ValueError(f"{path}: line {number} is not JSON; fix or remove it") from None
-        if isinstance(obj, dict):
-            if obj.get("kind") == "header":
-                state.header = state.header or obj
-            elif isinstance(obj.get("task"), str):
-                state.records[obj["task"]] = line
-        pos = end + 1
-        good = pos
-    return state, good
+    """Parse ``path`` (the one journal reader's rules); returns the state and the byte length of
+    its complete, valid prefix. A corrupt line in the middle is an ArtifactError naming the fix."""
+    scan = scan_journal(path, strict=False)
+    state = JournalState(header=scan.header_data, records=dict(scan.lines), dropped_tail=scan.torn)
+    return state, scan.good_bytes
 
 
 def open_for_resume(path: Path) -> JournalState:
@@ -82,9 +61,10 @@ def open_for_resume(path: Path) -> JournalState:
     if not path.exists():
         return JournalState()
     state, good = _scan(path)
-    if state.dropped_tail:
-        with path.open("r+b") as fh:
-            fh.truncate(good)
+    with path.open("r+b") as fh:
+        fh.truncate(good)
+        if good and (fh.seek(good - 1), fh.read(1))[1] != b"\n":
+            fh.write(b"\n")  # a complete last record without its newline: terminate it
     return state
 
 
@@ -97,10 +77,7 @@ def load_reusable(out_dir: Path) -> tuple[dict[str, str], dict[str, float]]:
         path = out_dir / name
         if not path.exists():
             continue
-        try:
-            state, _ = _scan(path)
-        except ValueError:
-            continue  # an unreadable old journal only costs re-probing
+        state, _ = _scan(path)  # a corrupt journal is named (exit 2), never silently dropped
         for task_id, line in state.records.items():
             record = json.loads(line)
             key = record.get("evidence_key")
@@ -113,7 +90,11 @@ def load_reusable(out_dir: Path) -> tuple[dict[str, str], dict[str, float]]:
 
 
 def rotate(path: Path) -> None:
-    """Move ``path`` aside to ``path.prev``, keeping reusable records of an older ``.prev`` too."""
+    """Move ``path`` aside to ``path.prev``, keeping reusable records of an older ``.prev`` too.
+
+    Both files are read under the journal rules first: a corrupt one stops the run (exit 2)
+    before anything moves, so good records are never discarded silently.
+    """
     if not path.exists():
         return
     prev = path.with_name(path.name + PREV_SUFFIX)
@@ -121,10 +102,7 @@ def rotate(path: Path) -> None:
     header: dict[str, Any] | None = None
     for source in (prev, path):  # the newer journal wins per task
         if source.exists():
-            try:
-                state, _ = _scan(source)
-            except ValueError:
-                continue
+            state, _ = _scan(source)
             header = state.header or header
             merged.update(state.records)
     tmp = prev.with_name(prev.name + ".tmp")

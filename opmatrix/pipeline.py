@@ -1,0 +1,205 @@
+"""The probe -> journal -> matrix pipeline: the one place that joins ``probes`` and ``matrix``.
+
+    opmatrix probe --backend refaccel --generation g2 --ops softmax,add --out out/refaccel-g2
+    opmatrix merge shard1/journal.jsonl shard2/journal.jsonl --out out/merged
+
+``probes`` plans and runs tasks into a journal; ``matrix`` turns journals into a matrix; neither
+imports the other (nor does ``matrix`` import ``backend``): this module, on top, wires them.
+Every argument is checked before a worker starts, the output directory is locked while it is
+written (:mod:`opmatrix.schema.outdir`), and ``--resume`` continues only the run its journal
+header names (:class:`~opmatrix.schema.journal.RunIdentity`).
+
+Exit codes (probe): 0 when every planned task was recorded (cells that are wrong or raised are
+results); 1 when the run aborted (restart cap) or a cell crashed, hung or poisoned its worker;
+2 invalid input; 130 interrupted (``--resume`` continues).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from opmatrix.schema import ArtifactError, BackendId, JournalHeader, UsageError, dump_model, write_text_atomic
+from opmatrix.schema.journalfile import Record, scan_journal
+from opmatrix.schema.outdir import DirClaim, check_out_path, claim_dir
+
+__all__ = ["merge", "probe"]
+
+_PROCESS_FAULTS = ("crashed", "hung", "poisoned")
+JOURNAL = "journal.jsonl"
+
+
+def _say(notes: list[str]) -> None:
+    for note in notes:
+        print(note, file=sys.stderr)
+
+
+# -- probe -----------------------------------------------------------------------------------
+
+
+def _check_journals(plan: Any, resume: bool) -> None:
+    """Before any worker: the journals in ``--out`` read cleanly, and ``--resume`` is this run's."""
+    journal = plan.out / JOURNAL
+    for path in (journal, journal.with_name(JOURNAL + ".prev")):
+        if not path.exists():
+            continue
+        scan = scan_journal(path)  # a corrupt middle line: ArtifactError naming file, line, fix
+        _say([n for n in [scan.note()] if n and path == journal])
+        if path != journal or not resume:
+            continue
+        header = scan.header
+        if header is None:
+            continue
+        diffs = _differences(header, plan)
+        if diffs:
+            raise UsageError(
+                f"{journal}: --resume of a different run: {'; '.join(diffs)}. Resume with the arguments that "
+                "started it, or start fresh without --resume (the journal moves to journal.jsonl.prev and "
+                "unchanged cells are reused) or with another --out"
+            )
+
+
+def _differences(header: JournalHeader, plan: Any) -> list[str]:
+    if header.run is not None:
+        return plan.identity.differences(header.run)  # type: ignore[no-any-return]
+    out = []  # a journal from before run identities: its backend and generation at least
+    if header.backend != plan.identity.backend:
+        out.append(f"backend ({header.backend!r} in the journal, {plan.identity.backend!r} now)")
+    if header.generation != plan.identity.generation:
+        out.append(f"generation ({header.generation!r} in the journal, {plan.identity.generation!r} now)")
+    return out
+
+
+def _selected(records: list[Record], planned: set[str]) -> list[Record]:
+    """Only this run's selection: a journal may hold other tasks, never written into the matrix."""
+    return [r for r in records if isinstance(r, JournalHeader) or r.task in planned]
+
+
+def _build(plan: Any, summary: Any) -> Any:
+    from opmatrix.matrix.build import build_matrix
+    from opmatrix.probes.command import probe_evidence, worker_evidence
+
+    records = scan_journal(plan.out / JOURNAL).records
+    planned = {t.id for t in plan.planned}
+    evidence = probe_evidence(plan.adapter, plan.command, plan.started, plan.source, worker_evidence(records))
+    matrix = build_matrix(_selected(records, planned), backend=plan.backend_id, evidence=evidence)
+    recorded = {getattr(r, "task", None) for r in records}
+    missing = sorted(planned - recorded)
+    if missing:  # an aborted run: what was planned but never ran is said, not silently absent
+        why = f"not run: the run aborted ({summary.message})" if summary.aborted else "not run"
+        matrix = matrix.model_copy(update={"skipped": {**matrix.skipped, **{m: why for m in missing}}})
+    return matrix
+
+
+def _report(plan: Any, summary: Any, matrix: Any) -> int:
+    identity: BackendId = plan.backend_id
+    faults = {k: v for k, v in sorted(summary.faults.items()) if v}
+    paths = ", ".join(f"{k} {v}" for k, v in sorted(summary.paths.items()))
+    print(f"{identity.name}{'/' + identity.generation if identity.generation else ''}: "
+          f"{summary.recorded}/{summary.planned} tasks ({summary.reused} reused), {matrix.cell_count()} cells "
+          f"in {len(matrix.operators)} operators, {len(matrix.skipped)} skipped task(s), {summary.seconds:.1f} s")
+    if paths:
+        print(f"cells by path: {paths}")
+    if faults:
+        print("faulted cells: " + ", ".join(f"{k} {v}" for k, v in faults.items()))
+    print(f"journal: {plan.out / JOURNAL}")
+    print(f"matrix:  {plan.out / 'matrix.yaml'}")
+    if summary.aborted:
+        print(f"aborted: {summary.message}", file=sys.stderr)
+        return 1
+    return 1 if any(faults.get(k) for k in _PROCESS_FAULTS) else 0
+
+
+def _claim(out: Path, kind: str, command: str, force: bool) -> DirClaim:
+    claim = claim_dir(out, kind=kind, command=command, force=force)
+    _say(claim.notes)
+    return claim
+
+
+def probe(args: argparse.Namespace) -> int:
+    """Run ``opmatrix probe``: check, lock ``--out``, run the workers, build DIR/matrix.yaml."""
+    from opmatrix.probes.command import plan_probe
+
+    if args.out:
+        check_out_path(args.out)
+    plan = plan_probe(args)  # every argument checked: nothing written yet
+    claim = _claim(plan.out, "journal", plan.command, getattr(args, "force", False))
+    try:
+        _check_journals(plan, args.resume)
+    except BaseException:
+        claim.abandon()
+        raise
+    with claim:
+        from opmatrix.probes.runner import run
+
+        summary = run(
+            plan.tasks, backend=args.backend, generation=args.generation, out_dir=plan.out, workers=args.workers,
+            threads=args.threads, timeout=args.timeout, resume=args.resume, devices=plan.devices, shard=plan.shard,
+            max_restarts=args.max_restarts, options={"op_source_hash": plan.source.hash if plan.source else ""},
+            progress=not args.quiet, command=plan.command, header={"run": plan.identity},
+        )
+        if summary.interrupted:  # the runner has said how many are recorded and how to resume
+            return 130
+        matrix = _build(plan, summary)
+        dump_model(matrix, plan.out / "matrix.yaml", command=plan.command)
+    return _report(plan, summary, matrix)
+
+
+# -- merge -----------------------------------------------------------------------------------
+
+
+def _known_backend(name: str, generation: str | None) -> BackendId:
+    from opmatrix.backend.registry import get_adapter
+
+    try:
+        return get_adapter(name, generation=generation).identity()  # type: ignore[no-any-return]
+    except (ImportError, ValueError) as exc:  # UnknownBackend is a ValueError
+        raise ArtifactError(
+            [f"journal header names backend {name!r} without device_type/dispatch_key, "
+             f"and it is not a known backend ({exc}); record them in the header"]
+        ) from None
+
+
+def _same_run(headers: list[JournalHeader], paths: list[str]) -> None:
+    runs = {h.run.model_copy(update={"shard": None}).model_dump_json(): p
+            for h, p in zip(headers, paths, strict=True) if h.run is not None}
+    if len(runs) > 1:
+        shown = ", ".join(sorted(runs.values()))
+        raise ArtifactError([f"journals of different runs (selection or options differ) cannot merge: {shown}; "
+                             "merge the shards of one run"])
+
+
+def merge(args: argparse.Namespace) -> int:
+    """Join shard journals into DIR/journal.jsonl and build DIR/matrix.yaml from them."""
+    from opmatrix.matrix.build import build_matrix
+    from opmatrix.matrix.command import merge_backend, merge_evidence, merge_runtime
+    from opmatrix.matrix.journal import dumps_records, merge_records
+    from opmatrix.probes.runner.journal import rotate
+
+    out = check_out_path(args.out)
+    scans = [scan_journal(path) for path in args.journals]
+    _say([n for n in (s.note() for s in scans) if n])
+    records = merge_records([s.records for s in scans])
+    headers = [r for r in records if isinstance(r, JournalHeader)]
+    if not headers:
+        raise ArtifactError([f"{args.journals[0]}: no header line; a journal starts with a kind=header record"])
+    _same_run([h for s in scans for h in s.headers], [str(s.path) for s in scans for _ in s.headers])
+    backend = merge_backend(headers, _known_backend)
+    model = build_matrix(records, backend=backend, evidence=merge_evidence(headers), runtime=merge_runtime(headers))
+    command = "opmatrix " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    header = headers[0].model_copy(
+        update={"planned": sum(h.planned for h in headers), "command": command, "started": model.evidence.started}
+    )
+    bodies = [r for r in records if not isinstance(r, JournalHeader)]
+    with _claim(out, "journal", command, getattr(args, "force", False)):
+        rotate(out / JOURNAL)  # the journal that was there stays as journal.jsonl.prev
+        write_text_atomic(out / JOURNAL, dumps_records([header, *bodies]))
+        dump_model(model, out / "matrix.yaml", command=command)
+    print(
+        f"merged {len(args.journals)} journal(s), {len(bodies)} record(s): {len(model.operators)} operators, "
+        f"{model.cell_count()} cells, {len(model.skipped)} skipped task(s) -> {out / 'matrix.yaml'}"
+    )
+    return 0

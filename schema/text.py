@@ -1,0 +1,22 @@
+"""Text from artifacts, made safe for a terminal: control characters are shown, never sent.
+
+Names and messages come from backends and files, so treat them as hostile: an ESC or BEL
+written raw to a terminal can recolour, retitle or rewrite what a reviewer sees::
+
+    >>> terminal_text("aten.\\x1b[2Jadd ok\\n")
+    'aten.\\\\x1b[2Jadd ok\\n'
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["terminal_text"]
+
+# C0 and C1 controls and DEL, but not newline and tab (the layout of the text itself)
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def terminal_text(text: str) -> str:
+    """``text`` with every control character (but newline and tab) written as a ``\\xNN`` escape."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
