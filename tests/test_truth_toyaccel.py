@@ -48,7 +48,8 @@ def _cells(matrix: dict[str, Any], op: str, dtype: str) -> dict[int, list[dict[s
 
 @pytest.fixture(scope="module")
 def fallback_matrix(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    proc, matrix = _probe(tmp_path_factory.mktemp("toy") / "out", "add,mm,sort,abs", "float32,int8,bfloat16")
+    proc, matrix = _probe(tmp_path_factory.mktemp("toy") / "out", "add,mm,sort,abs,gcd",
+                         "float32,int8,bfloat16,float16")
     assert proc.returncode == 0, proc.stdout[-2000:]
     return matrix
 
@@ -79,6 +80,23 @@ def test_mm_bfloat16_falls_back_float32_is_native(fallback_matrix: dict[str, Any
         "fallback"}
     assert {e["path"] for es in _cells(fallback_matrix, "aten.mm.default", "float32").values() for e in es} == {
         "native"}
+
+
+def test_fallback_then_error_keeps_both(fallback_matrix: dict[str, Any]) -> None:
+    """mm float16 copies to the host, then raises: the cell is fallback with outcome error."""
+    for entries in _cells(fallback_matrix, "aten.mm.default", "float16").values():
+        for e in entries:
+            assert (e["path"], e["outcome"]) == ("fallback", "error"), e
+            assert e["fallback"]["state"] == "observed" and "internal error" in e["error"]["message"]
+
+
+def test_device_runs_when_the_cpu_reference_rejects(fallback_matrix: dict[str, Any]) -> None:
+    """gcd float32: the CPU rejects every sample; the device (its boxed fallback runs the CPU
+    kernel) rejects too, and the cell says there was no reference."""
+    for entries in _cells(fallback_matrix, "aten.gcd.default", "float32").values():
+        for e in entries:
+            assert (e["path"], e["outcome"]) == ("rejected", "ok"), e
+            assert "no reference" in e["note"], e
 
 
 def test_composite_whose_component_fell_back(fallback_matrix: dict[str, Any]) -> None:

@@ -7,7 +7,8 @@ chosen by ``TOYACCEL_FLAVOUR`` before import (one PrivateUse1 backend per proces
 ``fallback`` (default), like torch_xla or a vendor plugin that falls back from *inside* kernels:
 - ``add.Tensor`` is registered; it computes float32/float64 of rank <= 2 on the device, and
   int8/int16/uint8 or rank >= 3 on the host (copies to the host, computes, copies back);
-- ``mm`` is registered; bfloat16 runs on the host the same way;
+- ``mm`` is registered; bfloat16 runs on the host the same way; float16 copies to the host
+  and then raises an internal error;
 - ``mul.Tensor``, ``neg``, ``abs.out`` ... are native; every op without a kernel (``sort``,
   the backward of ``sigmoid``...) is served by a boxed CPU fallback (copies in and out).
 
@@ -190,6 +191,9 @@ def _unary_out(fn: Any) -> Any:
 
 
 def mm(self: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
+    if self.dtype == torch.float16:  # falls back, then fails (torch_xla's to_sparse does this)
+        self.cpu()
+        raise RuntimeError("toyaccel: internal error in the mm kernel after staging its inputs on the host")
     if self.dtype == torch.bfloat16:
         return _on_host(torch.mm, self, mat2)
     res = torch.mm(_view(self), _view(mat2))

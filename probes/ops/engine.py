@@ -49,10 +49,10 @@ def _failed(st: EngineState, unit: Unit, uid: str, dc: DeviceCall, result: Sampl
     fault = fault_from_exception(st, uid, dc.error)
     result.error = error_info(dc.error, unit.overload, st.adapter.device_type, dname)
     apply_evidence(result, dc)
-    if dc.fell_back:  # the op ran (partly) on the host, then failed: both are evidence
-        result.path, result.outcome = ExecPath.fallback, fault or Outcome.error
-    elif fault is None:
+    if fault is None:  # a clean rejection (its fallback evidence, if any, stays recorded)
         result.path, result.outcome = ExecPath.rejected, Outcome.ok
+    elif dc.fell_back:  # the op ran (partly) on the host, then failed: both are evidence
+        result.path, result.outcome = ExecPath.fallback, fault
     else:
         result.path, result.outcome = fault_path(st, unit.overload), fault
 
