@@ -7,7 +7,8 @@ chosen by ``TOYACCEL_FLAVOUR`` before import (one PrivateUse1 backend per proces
 ``fallback`` (default), like torch_xla or a vendor plugin that falls back from *inside* kernels:
 - ``add.Tensor`` is registered; it computes float32/float64 of rank <= 2 on the device, and
   int8/int16/uint8 or rank >= 3 on the host (copies to the host, computes, copies back);
-- ``mm`` is registered; bfloat16 runs on the host the same way;
+- ``mm`` is registered; bfloat16 runs on the host the same way; float16 copies to the host
+  and then raises an internal error;
 - ``mul.Tensor``, ``neg``, ``abs.out`` ... are native; every op without a kernel (``sort``,
   the backward of ``sigmoid``...) is served by a boxed CPU fallback (copies in and out).
 
@@ -190,6 +191,9 @@ def _unary_out(fn: Any) -> Any:
 
 
 def mm(self: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
+    if self.dtype == torch.float16:  # falls back, then fails (torch_xla's to_sparse does this)
+        self.cpu()
+        raise RuntimeError("toyaccel: internal error in the mm kernel after staging its inputs on the host")
     if self.dtype == torch.bfloat16:
         return _on_host(torch.mm, self, mat2)
     res = torch.mm(_view(self), _view(mat2))
@@ -209,26 +213,40 @@ def local_scalar_dense(self: torch.Tensor) -> Any:
 
 def boxed_fallback(op: Any, *args: Any, **kwargs: Any) -> Any:
     """Every op without a kernel: copy device tensors to the host, run there, copy results back."""
-    dev = [a for a in args if isinstance(a, torch.Tensor) and a.device.type == NAME]
-    host_args = [a.cpu() if isinstance(a, torch.Tensor) and a.device.type == NAME else a for a in args]
-    host_kwargs = {k: v.cpu() if isinstance(v, torch.Tensor) and v.device.type == NAME else v for k, v in kwargs.items()}
-    res = op(*host_args, **host_kwargs)
-    for orig, host in zip(args, host_args, strict=True):  # in-place and out= arguments
-        if isinstance(orig, torch.Tensor) and orig.device.type == NAME and orig is not host:
-            orig.copy_(host)
-    device = dev[0].device if dev else torch.device(NAME, 0)
+    pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def host(v: Any) -> Any:
+        if isinstance(v, torch.Tensor) and v.device.type == NAME:
+            h = v.cpu()
+            pairs.append((v, h))
+            return h
+        if isinstance(v, (tuple, list)):
+            return type(v)(host(x) for x in v)
+        return v
+
+    res = op(*host(list(args)), **{k: host(v) for k, v in kwargs.items()})
+    written = {id(h) for h in _written(op, res)}
+    for orig, h in pairs:  # in-place and out= arguments get the host's result back
+        if id(h) in written:
+            orig.copy_(h)
+    device = pairs[0][0].device if pairs else torch.device(NAME, 0)
 
     def back(v: Any) -> Any:
         if isinstance(v, torch.Tensor) and v.device.type == "cpu":
-            for orig, host in zip(args, host_args, strict=True):
-                if v is host:
-                    return orig
-            return v.to(device)
+            found = [orig for orig, h in pairs if h is v]
+            return found[0] if found else v.to(device)
         if isinstance(v, (tuple, list)):
             return type(v)(back(x) for x in v)
         return v
 
     return back(res)
+
+
+def _written(op: Any, res: Any) -> list[torch.Tensor]:
+    mutable = any(a.alias_info is not None and a.alias_info.is_write for a in op._schema.arguments)
+    if not mutable:
+        return []
+    return [r for r in (res if isinstance(res, (tuple, list)) else [res]) if isinstance(r, torch.Tensor)]
 
 
 _BASICS = {

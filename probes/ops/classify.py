@@ -136,7 +136,7 @@ def _disagreement(path: ExecPath, dc: DeviceCall) -> str | None:
     parts = []
     if obs.state is FallbackState.observed:
         ops = ", ".join(obs.host_ops[:6]) or "no compute op named"
-        parts.append(f"{obs.copies} host<->device copies ({obs.bytes} bytes) inside the call; on the host: {ops}")
+        parts.append(f"host<->device copies inside the call (profiler); on the host: {ops}")
         if path is not ExecPath.fallback:
             parts.append(f"registrations say {path.value}")
         if seen.state is FallbackState.not_observed:

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from opmatrix.probes.ops import task_id
-from opmatrix.schema import ErrorInfo, ExecPath, Layout, Mode, Outcome, TaskRecord
+from opmatrix.schema import Autograd, ErrorInfo, ExecPath, Layout, Mode, Outcome, TaskRecord
 
 from . import observe
 from .backward import differentiable, probe_backward
@@ -49,10 +49,10 @@ def _failed(st: EngineState, unit: Unit, uid: str, dc: DeviceCall, result: Sampl
     fault = fault_from_exception(st, uid, dc.error)
     result.error = error_info(dc.error, unit.overload, st.adapter.device_type, dname)
     apply_evidence(result, dc)
-    if dc.fell_back:  # the op ran (partly) on the host, then failed: both are evidence
-        result.path, result.outcome = ExecPath.fallback, fault or Outcome.error
-    elif fault is None:
+    if fault is None:  # a clean rejection (its fallback evidence, if any, stays recorded)
         result.path, result.outcome = ExecPath.rejected, Outcome.ok
+    elif dc.fell_back:  # the op ran (partly) on the host, then failed: both are evidence
+        result.path, result.outcome = ExecPath.fallback, fault
     else:
         result.path, result.outcome = fault_path(st, unit.overload), fault
 
@@ -71,8 +71,8 @@ def _judged(st: EngineState, fn: Callable[..., Any], unit: Unit, dtype: torch.dt
 
 
 def probe_eager(st: EngineState, entry: OpEntry, unit: Unit, dtype: torch.dtype, opts: ProbeOptions,
-                ref: Reference | None, autograd_budget: dict[Any, int], no_ref: str | None = None) -> SampleResult:
-    """One unit in eager mode: run, observe, classify, judge, then (budgeted) its backward."""
+                ref: Reference | None, no_ref: str | None = None) -> SampleResult:
+    """One unit in eager mode: run, observe, classify, judge (its backward is its own unit)."""
     fn = entry.info.op
     result = SampleResult(op=unit.overload, rank=unit.rank, layout=unit.layout, mode=Mode.eager,
                           path=ExecPath.rejected, outcome=Outcome.ok, features=unit.features)
@@ -91,10 +91,6 @@ def probe_eager(st: EngineState, entry: OpEntry, unit: Unit, dtype: torch.dtype,
         result.note = "; ".join(filter(None, [result.note, f"no reference: {no_ref}; the device returned a value"]))
         return result
     _judged(st, fn, unit, dtype, opts, ref, dc.out, result)
-    key = (unit.overload, unit.rank, unit.layout)
-    if opts.autograd and differentiable(entry, dtype) and autograd_budget.get(key, 0) < opts.autograd_per_cell:
-        autograd_budget[key] = autograd_budget.get(key, 0) + 1
-        result.autograd = probe_backward(st, fn, unit, dtype)
     return result
 
 
@@ -131,11 +127,32 @@ class _TaskRun:
         eager = self._eager(unit, ref, no_ref)
         self.results.append(eager)
         if ref is not None:
+            self._backward(unit, eager)
             self._maybe_compile(unit, ref, eager)
+
+    def _backward(self, unit: Unit, eager: SampleResult) -> None:
+        """First-order backward as its own unit (budgeted per cell): a fault there is the
+        backward's, never the forward's."""
+        key = (unit.overload, unit.rank, unit.layout)
+        if (eager.error is not None or not self.opts.autograd or not differentiable(self.entry, self.dtype)
+                or self.autograd_budget.get(key, 0) >= self.opts.autograd_per_cell):
+            return
+        self.autograd_budget[key] = self.autograd_budget.get(key, 0) + 1
+        bid = f"{unit.index}/{unit.layout.value}/backward"
+        decision = self.plan.decide(unit, bid)
+        if decision == "not_run":
+            return
+        if decision != "run":
+            eager.autograd = Autograd(path=ExecPath.unknown, outcome=Outcome(decision.outcome))
+            first = next((line for line in decision.message.splitlines() if line.strip()), "")[:160]
+            eager.note = "; ".join(filter(None, [eager.note, f"backward {decision.outcome} in unit {bid}: {first}"]))
+            return
+        self.progress(bid)
+        eager.autograd = probe_backward(self.st, self.entry.info.op, unit, self.dtype)
 
     def _eager(self, unit: Unit, ref: Reference | None, no_ref: str | None) -> SampleResult:
         try:
-            return probe_eager(self.st, self.entry, unit, self.dtype, self.opts, ref, self.autograd_budget, no_ref)
+            return probe_eager(self.st, self.entry, unit, self.dtype, self.opts, ref, no_ref)
         except (KeyboardInterrupt, SystemExit):
             raise
         except Exception as exc:  # noqa: BLE001 - an engine failure on one unit is that cell's error

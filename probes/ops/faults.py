@@ -6,7 +6,8 @@ one decision per unit, erasing nothing:
 
 - the faulted unit itself becomes a cell with the fault (its path is the kernel the dispatcher
   chose, never ``rejected``);
-- the later layouts of a faulted sample are *not run* (the sample is what kills the device);
+- the later layouts of a sample that faulted in eager are *not run* (the input is what kills the
+  device); after a backward or compile fault, that mode is not run for the rest of the task;
 - with ``skip_rest``, the units after the last faulted one are *not run*; the units before it
   ran to the end in an earlier attempt and run again, so their results stay.
 
@@ -73,20 +74,25 @@ class SkipPlan:
         self.skip = dict(skip or {})
         self.rest = skip_rest
         self.pending = set(self.skip)  # faulted units not yet passed in this attempt
-        self.faulted: dict[str, str] = {}  # sample index -> the unit of it that faulted
+        self.faulted: dict[tuple[str, str], str] = {}  # (sample index, mode) -> the unit that faulted
         self.not_run: dict[str, str] = {}
 
     def decide(self, unit: Unit, uid: str) -> Any:
         """``"run"``, ``"not_run"`` (recorded here) or the unit's fault (a :class:`Skip`)."""
         self.pending.discard(uid)
         fault = self.skip.get(uid)
+        mode = uid.rsplit("/", 1)[-1]
+        # eager faults depend on the input (roll dies on empty inputs only): that sample; a
+        # backward or compile fault is the op's: that mode, for the rest of the task
+        kind = (unit.index if mode == "eager" else "*", mode)
         if fault is not None:
-            self.faulted.setdefault(unit.index, uid)
+            self.faulted.setdefault(kind, uid)
             return fault
-        first = self.faulted.get(unit.index)
+        first = self.faulted.get(kind)
         if first is not None:
             outcome = self.skip[first].outcome
-            self.not_run[uid] = f"not run: sample {unit.index} {outcome} the worker in unit {first}"
+            what = f"sample {unit.index}" if kind[0] != "*" else f"the {kind[1]} of this op"
+            self.not_run[uid] = f"not run: {what} {outcome} the worker in unit {first}"
             return "not_run"
         if self.rest is not None and not self.pending:
             self.not_run[uid] = self.rest.message if "not run" in self.rest.message else f"not run: {self.rest.message}"

@@ -131,13 +131,14 @@ class CallTrace:
         except Exception as err:  # noqa: BLE001
             self.observed = Observed(why=f"profiler failed: {type(err).__name__}: {str(err)[:160]}")
             return
-        self.observed = observe_tree([r for r in roots if r.name.startswith(("aten::", "prims::"))] or roots)
+        self.observed = observe_tree(list(roots))
 
 
 def observe_tree(roots: list[Any]) -> Observed:
     """Fallback evidence from the events under ``roots`` (the call's own events)."""
-    ops = [r for r in roots if getattr(r, "extra_fields", None) is not None and hasattr(r.extra_fields, "inputs")]
-    if not ops:
+    # operator and record_function events (the autograd engine nests backward ops under its own)
+    ops = [r for r in roots if hasattr(getattr(r, "extra_fields", None), "inputs")]
+    if not any(_is_op(e) for e in _walk(ops)):
         return Observed(why="the profiler recorded no operator event (an opaque executable)")
     seen = Observed(FallbackState.not_observed, roots=ops)
     host: dict[str, None] = {}
@@ -161,6 +162,19 @@ def observe_tree(roots: list[Any]) -> Observed:
         seen.state = FallbackState.observed
         seen.host_ops = sorted(host)
     return seen
+
+
+def _is_op(event: Any) -> bool:
+    return str(event.name).startswith(("aten::", "prims::"))
+
+
+def _walk(events: list[Any]) -> list[Any]:
+    out, stack = [], list(events)
+    while stack:
+        event = stack.pop()
+        out.append(event)
+        stack += list(event.children)
+    return out
 
 
 def children_of_root(observed: Observed, name: str) -> list[str]:
