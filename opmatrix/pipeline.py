@@ -48,7 +48,11 @@ def _check_journals(plan: Any, resume: bool) -> None:
             continue
         scan = scan_journal(path)  # a corrupt middle line: ArtifactError naming file, line, fix
         _say([n for n in [scan.note()] if n and path == journal])
-        if path != journal or not resume:
+        if path != journal:
+            continue
+        if not resume:
+            _say([f"note: {journal} ({len(scan.by_task)} records) moves to {JOURNAL}.prev; records whose evidence "
+                  "key is unchanged are reused, not probed again"])
             continue
         header = scan.header
         if header is None:

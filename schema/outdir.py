@@ -33,6 +33,8 @@ _LEGACY = {
     "journal": {"journal.jsonl", "journal.jsonl.prev", "matrix.yaml", "workers", "identity.json"},
     "site": {"index.html", "diff.html", "ops", "static"},
 }
+#: the file such an older output always has
+_LEGACY_SIGN = {"journal": "journal.jsonl", "site": "index.html"}
 
 
 def check_out_path(out: str | os.PathLike[str], flag: str = "--out") -> Path:
@@ -127,7 +129,8 @@ class DirClaim:
         if owner == self.kind or self.force:
             return
         others = sorted(p.name for p in self.path.iterdir() if p.name not in (MARKER_FILE, LOCK_FILE))
-        if owner is None and set(others) <= _LEGACY.get(self.kind, set()):
+        legacy = set(others) <= _LEGACY.get(self.kind, set()) and _LEGACY_SIGN.get(self.kind) in others
+        if owner is None and (not others or legacy):
             return  # empty, or what an older opmatrix wrote here
         what = f"was written by another opmatrix verb ({owner})" if owner else "is not an opmatrix output directory"
         shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
