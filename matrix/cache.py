@@ -9,8 +9,9 @@ validated model is also kept as JSON under a key made of
 - a hash of the matrix JSON Schema and the opmatrix version (a schema change misses),
 
 like ``__pycache__`` for a module. The JSON is validated again when read, so a corrupted entry
-is only a miss. Location: ``$OPMATRIX_CACHE_DIR``, else ``$XDG_CACHE_HOME/opmatrix/matrices``,
-else ``~/.cache/opmatrix/matrices``; ``OPMATRIX_NO_CACHE=1`` turns it off. A cache that cannot be
+is only a miss. Location: ``matrices/`` under the cache root of ``opmatrix.schema.files.cache_dir``
+(``$OPMATRIX_CACHE_DIR``, else ``$XDG_CACHE_HOME/opmatrix``, else ``~/.cache/opmatrix``);
+``OPMATRIX_NO_CACHE=1`` turns it off. A cache that cannot be
 written (read-only home) is silently skipped: it only ever saves time.
 """
 
@@ -25,19 +26,16 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from opmatrix.schema import Matrix as MatrixModel
-from opmatrix.schema import load_matrix, loads_yaml, validate_data, write_text_atomic
+from opmatrix.schema import load_matrix, loads_yaml, validate_data
+from opmatrix.schema.files import cache_dir as shared_cache_dir
+from opmatrix.schema.files import write_text_atomic
 
 __all__ = ["cache_dir", "load_matrix_cached"]
 
 
 def cache_dir() -> Path | None:
-    """Where validated matrices are kept, or None when caching is off."""
-    if os.environ.get("OPMATRIX_NO_CACHE", "") not in ("", "0"):
-        return None
-    if os.environ.get("OPMATRIX_CACHE_DIR"):
-        return Path(os.environ["OPMATRIX_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "opmatrix" / "matrices"
+    """Where validated matrices are kept (``<cache root>/matrices``), or None when caching is off."""
+    return shared_cache_dir("matrices")
 
 
 @functools.lru_cache(maxsize=1)

@@ -13,12 +13,14 @@ from .conditions import TENSOR, describe, features_of, matches
 from .contract import Contract, LevelRequirement, OperatorRequirement, ToleranceOverride, Waiver, WaiverMatch
 from .enums import (
     DEFAULT_DTYPES,
+    PROCESS_FAULTS,
     ApiService,
     CheckResult,
     DType,
     ExecPath,
     FallbackPolicy,
     FallbackState,
+    FaultOutcome,
     FlakyPolicy,
     Layout,
     Mode,
@@ -61,9 +63,10 @@ from .matrix import (
     RuntimeCheck,
     Samples,
 )
+from .names import CellKey, OpName
 
 __all__ = [
-    "SCHEMA_VERSION", "DEFAULT_DTYPES", "TENSOR",
+    "SCHEMA_VERSION", "DEFAULT_DTYPES", "PROCESS_FAULTS", "TENSOR", "CellKey", "FaultOutcome", "OpName",
     "ApiCoverage", "ApiService", "ArtifactError", "Autograd", "BackendId", "CellRecord", "CellResult",
     "CheckResult", "Contract", "DType", "DeviceInfo", "Entry", "ErrorInfo", "Evidence", "ExecPath",
     "FallbackEvidence", "FallbackPolicy", "FallbackState", "FlakyPolicy", "JournalHeader", "Layout",
