@@ -25,7 +25,7 @@ from opmatrix.schema import (
     load_matrix,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one version source (pyproject.toml reads it)
 
 _LAZY = {
     "Matrix": "opmatrix.matrix",

@@ -27,6 +27,7 @@ from .enums import (
     Outcome,
     ReferenceKind,
 )
+from .gate import GateResult
 from .io import (
     ArtifactError,
     UsageError,
@@ -66,7 +67,7 @@ from .matrix import (
 from .names import CellKey, OpName
 
 __all__ = [
-    "SCHEMA_VERSION", "DEFAULT_DTYPES", "PROCESS_FAULTS", "TENSOR", "CellKey", "FaultOutcome", "OpName",
+    "SCHEMA_VERSION", "DEFAULT_DTYPES", "PROCESS_FAULTS", "TENSOR", "CellKey", "FaultOutcome", "GateResult", "OpName",
     "ApiCoverage", "ApiService", "ArtifactError", "Autograd", "BackendId", "CellRecord", "CellResult",
     "CheckResult", "Contract", "DType", "DeviceInfo", "Entry", "ErrorInfo", "Evidence", "ExecPath",
     "FallbackEvidence", "FallbackPolicy", "FallbackState", "FlakyPolicy", "JournalHeader", "Layout",
