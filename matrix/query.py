@@ -23,7 +23,7 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from opmatrix.schema import DType, Entry, Layout, Mode, OpName
+from opmatrix.schema import DType, Entry, Layout, Mode
 from opmatrix.schema import Matrix as MatrixModel
 
 from .answer import Answer, unknown
@@ -91,15 +91,8 @@ def parse_mode(value: object) -> str:
 
 
 def canonical_op_name(op: object) -> str:
-    """``OpOverload`` / ``"aten::softmax.int"`` / ``"aten.softmax.int"`` -> ``"aten.softmax.int"``.
-
-    ``"aten::relu"`` (the dispatcher's spelling of a default overload) -> ``"aten.relu.default"``;
-    a name that is no operator overload (``opinfo.*`` keys) is returned with ``::`` as ``.``.
-    """
-    try:
-        return str(OpName.parse(str(op)))
-    except ValueError:
-        return str(op).strip().replace("::", ".")
+    """``OpOverload`` / ``"aten::softmax.int"`` / ``"aten.softmax.int"`` -> ``"aten.softmax.int"``."""
+    return str(op).strip().replace("::", ".")
 
 
 def _is_torch_op(name: str) -> bool:

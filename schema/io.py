@@ -26,6 +26,7 @@ from pydantic import BaseModel, ValidationError
 from .contract import Contract
 from .files import write_text_atomic
 from .matrix import Matrix
+from .sidecar import load_cached
 from .yamlload import HAVE_LIBYAML, ArtifactError, loads_yaml
 
 __all__ = [
@@ -200,8 +201,14 @@ def load_model(path: str | os.PathLike[str], model: type[M], *, pure: bool = Fal
 
 
 def load_matrix(path: str | os.PathLike[str], *, pure: bool = False) -> Matrix:
-    """Load a matrix file (strictly)."""
-    return load_model(path, Matrix, pure=pure)
+    """Load a matrix file (strictly); bytes loaded before come from the validated-model cache."""
+    if pure:
+        return load_model(path, Matrix, pure=True)
+
+    def parse(text: str, where: str) -> Matrix:
+        return validate_data(loads_yaml(text, where), Matrix, where, text)
+
+    return load_cached(path, Matrix, parse, lambda: load_model(path, Matrix))
 
 
 def load_contract(path: str | os.PathLike[str]) -> Contract:
