@@ -33,6 +33,7 @@ from .cells import CellIndex, CellKey
 from .improvements import find_improvements, improvement_yaml
 from .requirements import claimed_keys, evaluate_check, evaluate_operators
 from .result import (
+    BaselineChange,
     CellRef,
     CellStatus,
     GateCheck,
@@ -40,6 +41,7 @@ from .result import (
     RequirementResult,
     Status,
     Verdict,
+    WaiverReport,
     WaiverState,
 )
 from .waivers import WaiverBook
@@ -179,15 +181,10 @@ def _blocking_lines(requirements: list[RequirementResult], checks: list[GateChec
     return lines
 
 
-def evaluate_contract(
-    matrix: Matrix, contract: Contract, *, baseline: Matrix | None = None, today: dt.date | None = None
-) -> GateResult:
-    """Judge ``matrix`` against ``contract`` (and ``baseline``, the previous release's matrix)."""
-    today = today or dt.date.today()
-    index = CellIndex(matrix)
-    book = WaiverBook(contract.waivers, today)
+def _requirement_results(matrix: Matrix, contract: Contract, index: CellIndex, book: WaiverBook
+                         ) -> list[RequirementResult]:
+    """One result per requirement of each level 0-7; a promised level without requirements is unknown."""
     by_level = {req.level: req for req in contract.requirements}
-
     requirements: list[RequirementResult] = []
     for level in range(0, 8):
         req = by_level.get(level)
@@ -203,54 +200,75 @@ def evaluate_contract(
                     "nothing proves the promise",
                 )
             )
-    requirements = _unique_ids(requirements)
+    return _unique_ids(requirements)
 
-    count = matrix.cell_count()
-    checks = [_identity_check(matrix, contract), _cell_count_check(count, baseline.cell_count() if baseline else None,
-                                                                   contract.min_cells_ratio)]
-    regressions, better, missing = [], [], []
-    if baseline is not None:
-        changes = compare_cells(CellIndex(baseline), index, contract.tolerances)
-        regressions = [c.model_copy(update={"cell": book.apply(c.cell)}) for c in changes.worse]
-        better, missing = changes.better, changes.missing
-        unwaived = sum(c.cell.status is CellStatus.failed for c in regressions)
-        waived = len(regressions) - unwaived
-        checks.append(
-            GateCheck(
-                name="baseline",
-                status=Status.failed if unwaived else Status.passed,
-                message=f"{len(regressions)} cells worse than the baseline ({unwaived} blocking, {waived} waived), "
-                f"{len(better)} better, {len(missing)} no longer probed",
-            )
-        )
 
-    waivers = book.reports()
+def _baseline_check(baseline: Matrix, index: CellIndex, contract: Contract, book: WaiverBook
+                    ) -> tuple[GateCheck, list[BaselineChange], list[BaselineChange], list[CellRef]]:
+    """The baseline comparison: its check, the regressions (waivers applied), better and missing cells."""
+    changes = compare_cells(CellIndex(baseline), index, contract.tolerances)
+    regressions = [c.model_copy(update={"cell": book.apply(c.cell)}) for c in changes.worse]
+    better, missing = changes.better, changes.missing
+    unwaived = sum(c.cell.status is CellStatus.failed for c in regressions)
+    waived = len(regressions) - unwaived
+    check = GateCheck(
+        name="baseline",
+        status=Status.failed if unwaived else Status.passed,
+        message=f"{len(regressions)} cells worse than the baseline ({unwaived} blocking, {waived} waived), "
+        f"{len(better)} better, {len(missing)} no longer probed",
+    )
+    return check, regressions, list(better), list(missing)
+
+
+def _waiver_check(waivers: list[WaiverReport]) -> GateCheck:
     expired = [w for w in waivers if w.state is WaiverState.expired]
-    checks.append(
-        GateCheck(
-            name="waivers",
-            status=Status.failed if expired else Status.passed,
-            message="; ".join(
-                f"waiver #{w.index} ({w.match.op}, owner {w.owner}) expired on {w.expires}: renew it or remove it"
-                for w in expired
-            )
-            or f"{len(waivers)} waivers, none expired",
+    return GateCheck(
+        name="waivers",
+        status=Status.failed if expired else Status.passed,
+        message="; ".join(
+            f"waiver #{w.index} ({w.match.op}, owner {w.owner}) expired on {w.expires}: renew it or remove it"
+            for w in expired
         )
+        or f"{len(waivers)} waivers, none expired",
     )
 
-    claimed: set[CellKey] = set()
-    for level_req in contract.requirements:
-        for op_req in level_req.operators:
-            claimed |= claimed_keys(op_req, index)
-    improvements = find_improvements(index, contract, claimed)
 
-    flaky = [
+def _flaky_cells(index: CellIndex) -> list[CellRef]:
+    return [
         CellRef(op=key.op, dtype=key.dtype, rank=key.rank, layout=key.layout, mode=key.mode,
                 conditions=dict(g.conditions), path=g.path, outcome=g.outcome, reason="flaky")
         for key, groups in index.items()
         for g in groups
         if g.flaky
     ]
+
+
+def evaluate_contract(
+    matrix: Matrix, contract: Contract, *, baseline: Matrix | None = None, today: dt.date | None = None
+) -> GateResult:
+    """Judge ``matrix`` against ``contract`` (and ``baseline``, the previous release's matrix)."""
+    today = today or dt.date.today()
+    index = CellIndex(matrix)
+    book = WaiverBook(contract.waivers, today)
+    requirements = _requirement_results(matrix, contract, index, book)
+
+    count = matrix.cell_count()
+    checks = [_identity_check(matrix, contract), _cell_count_check(count, baseline.cell_count() if baseline else None,
+                                                                   contract.min_cells_ratio)]
+    regressions: list[BaselineChange] = []
+    better: list[BaselineChange] = []
+    missing: list[CellRef] = []
+    if baseline is not None:
+        check, regressions, better, missing = _baseline_check(baseline, index, contract, book)
+        checks.append(check)
+    waivers = book.reports()
+    checks.append(_waiver_check(waivers))
+
+    claimed: set[CellKey] = set()
+    for level_req in contract.requirements:
+        for op_req in level_req.operators:
+            claimed |= claimed_keys(op_req, index)
+    improvements = find_improvements(index, contract, claimed)
 
     blocking = _blocking_lines(requirements, checks, [c.cell for c in regressions])
     return GateResult(
@@ -271,5 +289,5 @@ def evaluate_contract(
         improvements=improvements,
         improvement_yaml=improvement_yaml(improvements),
         waivers=waivers,
-        flaky=flaky,
+        flaky=_flaky_cells(index),
     )

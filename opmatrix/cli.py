@@ -58,7 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtypes", type=_csv, help="comma-separated dtypes (default: the 11 standard ones)")
     p.add_argument("--layouts", type=_csv, help="comma-separated layouts (default: all)")
     p.add_argument("--workers", type=int, help="worker processes (default: cores)")
-    p.add_argument("--threads", type=int, help="torch intra-op threads per worker (default: cores / workers)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch intra-op threads per worker (default 1: probe tensors are small, and on a shared "
+                   "machine two OpenMP threads per worker wait on each other; see README, Performance)")
     p.add_argument("--timeout", type=float, default=60.0, help="deadline per probe task in seconds")
     p.add_argument("--resume", action="store_true", help="continue from DIR/journal.jsonl")
     p.add_argument("--devices", type=_csv, help="device indices to spread workers over, e.g. 0,1")
@@ -185,7 +187,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from opmatrix.schema import ArtifactError
 
     try:
-        return int(handler(args))
+        code = int(handler(args))
+        sys.stdout.flush()  # a closed pipe (``| head``) surfaces here, inside the handler below
+        return code
+    except BrokenPipeError:  # the reader stopped reading: not an error of ours (before OSError, its base)
+        _silence_stdout()
+        return 0
     except (ArtifactError, UsageError) as exc:
         from opmatrix.schema.text import terminal_text
 
@@ -198,8 +205,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("opmatrix: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        return 0
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush does not fail again."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def run() -> None:

@@ -13,18 +13,21 @@ from .conditions import TENSOR, describe, features_of, matches
 from .contract import Contract, LevelRequirement, OperatorRequirement, ToleranceOverride, Waiver, WaiverMatch
 from .enums import (
     DEFAULT_DTYPES,
+    PROCESS_FAULTS,
     ApiService,
     CheckResult,
     DType,
     ExecPath,
     FallbackPolicy,
     FallbackState,
+    FaultOutcome,
     FlakyPolicy,
     Layout,
     Mode,
     Outcome,
     ReferenceKind,
 )
+from .gate import GateResult
 from .io import (
     ArtifactError,
     UsageError,
@@ -61,9 +64,10 @@ from .matrix import (
     RuntimeCheck,
     Samples,
 )
+from .names import CellKey, OpName
 
 __all__ = [
-    "SCHEMA_VERSION", "DEFAULT_DTYPES", "TENSOR",
+    "SCHEMA_VERSION", "DEFAULT_DTYPES", "PROCESS_FAULTS", "TENSOR", "CellKey", "FaultOutcome", "GateResult", "OpName",
     "ApiCoverage", "ApiService", "ArtifactError", "Autograd", "BackendId", "CellRecord", "CellResult",
     "CheckResult", "Contract", "DType", "DeviceInfo", "Entry", "ErrorInfo", "Evidence", "ExecPath",
     "FallbackEvidence", "FallbackPolicy", "FallbackState", "FlakyPolicy", "JournalHeader", "Layout",
