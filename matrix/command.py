@@ -173,7 +173,7 @@ def query(args: argparse.Namespace) -> int:
 def _print_entries(m: Matrix, op: str, dtype: str | None, rank: int | None, layout: str | None,
                    mode: str, as_json: bool) -> int:
     entries = [
-        e for e in m.operators.get(op, [])
+        e for e in m.boxes().get(op, [])
         if e.mode.value == mode
         and (dtype is None or dtype in e.dtypes)
         and (rank is None or rank in e.ranks)

@@ -193,7 +193,7 @@ def _state(entry: Entry) -> CellState:
 def _cells(m: Matrix) -> dict[Cell, dict[Conds, CellState]]:
     """Cell -> condition group -> state (the worst, should two entries cover one group)."""
     out: dict[Cell, dict[Conds, CellState]] = defaultdict(dict)
-    for op, entries in m.operators.items():
+    for op, entries in m.boxes().items():
         for e in entries:
             conds = tuple(sorted(e.conditions.items()))
             state = _state(e)

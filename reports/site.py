@@ -165,14 +165,15 @@ def render_site(
     links = dict(pages)
     for op in sorted(matrix.operators):
         entries = matrix.operators[op]
+        boxes = [box for e in entries for box in e.boxes()]
         html = op_template.render(
             **common,
             root="../",
             page="op",
             op=op,
             entries=entries,
-            op_total=sum(entry_cells(e) * len(e.dtypes) for e in entries),
-            by_dtype=op_counts(entries, dtypes),
+            op_total=sum(entry_cells(e) * len(e.dtypes) for e in boxes),
+            by_dtype=op_counts(boxes, dtypes),
             links=links,
         )
         writer.write(out_dir / OPS_DIR / pages[op], html)

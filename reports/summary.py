@@ -121,7 +121,7 @@ def coverage(matrix: Matrix) -> Coverage:
     counts: dict[DType, Counter[ExecPath]] = {d: Counter() for d in dtypes}
     outcomes: Counter[Outcome] = Counter()
     observed = 0
-    for entries in matrix.operators.values():
+    for entries in matrix.boxes().values():
         for entry in entries:
             n = entry_cells(entry)
             for dtype in entry.dtypes:
@@ -203,7 +203,7 @@ def grid_rows(matrix: Matrix, dtypes: Iterable[DType], pages: dict[str, str]) ->
     rows = []
     for op in sorted(matrix.operators):
         by_dtype: dict[DType, list[Entry]] = defaultdict(list)
-        for entry in matrix.operators[op]:
+        for entry in matrix.boxes()[op]:
             for dtype in entry.dtypes:
                 by_dtype[dtype].append(entry)
         cells = tuple(_grid_cell(op, d, by_dtype[d]) if d in by_dtype else None for d in columns)

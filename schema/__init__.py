@@ -51,6 +51,7 @@ from .matrix import (
     CellResult,
     DeviceInfo,
     Entry,
+    EntryPart,
     ErrorInfo,
     Evidence,
     FallbackEvidence,
@@ -65,7 +66,7 @@ from .matrix import (
 __all__ = [
     "SCHEMA_VERSION", "DEFAULT_DTYPES", "TENSOR",
     "ApiCoverage", "ApiService", "ArtifactError", "Autograd", "BackendId", "CellRecord", "CellResult",
-    "CheckResult", "Contract", "DType", "DeviceInfo", "Entry", "ErrorInfo", "Evidence", "ExecPath",
+    "CheckResult", "Contract", "DType", "DeviceInfo", "Entry", "EntryPart", "ErrorInfo", "Evidence", "ExecPath",
     "FallbackEvidence", "FallbackPolicy", "FallbackState", "FlakyPolicy", "JournalHeader", "Layout",
     "LevelRequirement", "Matrix", "Mode", "Model", "Numerics", "OpSource", "OperatorRequirement",
     "Outcome", "RankRange", "ReferenceKind", "Runtime", "RuntimeCheck", "RuntimeRecord", "Samples",
