@@ -22,6 +22,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
+from opmatrix.matrix.contract_line import contract_line
 from opmatrix.schema import ExecPath, Matrix
 from opmatrix.schema.conditions import describe
 
@@ -33,6 +34,7 @@ from .summary import (
     PATH_MEANING,
     PATH_SYMBOL,
     PATHS,
+    conditions_text,
     coverage,
     dtype_columns,
     entry_cells,
@@ -73,7 +75,8 @@ def _environment() -> jinja2.Environment:
         PATH_SYMBOL={p.value: s for p, s in PATH_SYMBOL.items()},
         PATH_MEANING={p.value: s for p, s in PATH_MEANING.items()},
     )
-    env.filters.update(ranks_text=ranks_text, describe=describe, symbol=lambda p: PATH_SYMBOL[ExecPath(p)])
+    env.filters.update(ranks_text=ranks_text, describe=describe, symbol=lambda p: PATH_SYMBOL[ExecPath(p)],
+                       conditions_text=conditions_text)
     return env
 
 
@@ -174,6 +177,7 @@ def render_site(
             entries=entries,
             op_total=sum(entry_cells(e) * len(e.dtypes) for e in boxes),
             by_dtype=op_counts(boxes, dtypes),
+            contract=contract_line(entries),
             links=links,
         )
         writer.write(out_dir / OPS_DIR / pages[op], html)
