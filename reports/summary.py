@@ -196,10 +196,10 @@ def _main_group(entries: Sequence[Entry]) -> tuple[list[Entry], str]:
     runs = [e for e in plain if e.outcome is not Outcome.ok or e.path is not ExecPath.rejected]
     compiled = [e for e in entries if e.mode is Mode.compile and e.outcome is Outcome.ok
                 and e.path is not ExecPath.rejected]
-    if not runs and compiled:
-        return compiled, " (eager rejected; runs through torch.compile)"
     if not eager:
         return list(entries), " (compile mode only)"
+    if not runs and compiled:
+        return compiled, " (eager rejected; runs through torch.compile)"
     contiguous = [e for e in plain if Layout.contiguous in e.layouts]
     return contiguous or plain, ""
 
