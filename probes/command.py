@@ -18,7 +18,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from opmatrix.schema import DEFAULT_DTYPES, BackendId, Evidence, Layout, OpSource, dump_model
+from opmatrix.schema import DEFAULT_DTYPES, BackendId, Evidence, Layout, OpSource, count_matrix, dump_model
 from opmatrix.schema.enums import DTYPES
 
 __all__ = ["plan_op_tasks", "probe"]
@@ -202,12 +202,10 @@ def probe(args: argparse.Namespace) -> int:
         matrix = matrix.model_copy(update={"skipped": {**matrix.skipped, **{m: why for m in missing}}})
     dump_model(matrix, out / "matrix.yaml", command=command)
     faults = {k: v for k, v in sorted(summary.faults.items()) if v}
-    paths = ", ".join(f"{k} {v}" for k, v in sorted(summary.paths.items()))
     print(f"{identity.name}{'/' + identity.generation if identity.generation else ''}: "
-          f"{summary.recorded}/{summary.planned} tasks ({summary.reused} reused), {matrix.cell_count()} cells "
-          f"in {len(matrix.operators)} operators, {len(matrix.skipped)} skipped task(s), {summary.seconds:.1f} s")
-    if paths:
-        print(f"cells by path: {paths}")
+          f"{summary.recorded}/{summary.planned} tasks ({summary.reused} reused), {len(matrix.skipped)} skipped "
+          f"task(s), {summary.seconds:.1f} s")
+    print(f"matrix: {count_matrix(matrix).line()}")
     if faults:
         print("faulted cells: " + ", ".join(f"{k} {v}" for k, v in faults.items()))
     print(f"journal: {out / 'journal.jsonl'}")

@@ -6,7 +6,7 @@ import argparse
 import shlex
 import sys
 
-from opmatrix.schema import load_matrix
+from opmatrix.schema import count_matrix, load_matrix
 
 from .gate import load_gate
 from .site import render_site
@@ -38,6 +38,7 @@ def report(args: argparse.Namespace) -> int:
         command=report_command(args),
         source=args.matrix,
     )
+    print(f"matrix: {count_matrix(matrix).line()}", file=sys.stderr)
     print(
         f"wrote {len(result.written)} files ({result.unchanged} unchanged"
         f"{f', {len(result.removed)} removed' if result.removed else ''}) to {args.out}",

@@ -25,6 +25,7 @@ from .enums import (
     Outcome,
     ReferenceKind,
 )
+from .counts import MatrixCounts, count_matrix
 from .io import (
     ArtifactError,
     UsageError,
@@ -71,7 +72,7 @@ __all__ = [
     "LevelRequirement", "Matrix", "Mode", "Model", "Numerics", "OpSource", "OperatorRequirement",
     "Outcome", "RankRange", "ReferenceKind", "Runtime", "RuntimeCheck", "RuntimeRecord", "Samples",
     "TaskRecord", "ToleranceOverride", "UsageError", "Waiver", "WaiverMatch",
-    "describe", "dump_model", "dump_yaml", "dumps_model", "features_of", "json_schema", "load_contract",
+    "MatrixCounts", "count_matrix", "describe", "dump_model", "dump_yaml", "dumps_model", "features_of", "json_schema", "load_contract",
     "load_document", "load_matrix", "load_model", "loads_yaml", "matches", "model_to_data",
     "validate_data", "validate_file", "write_text_atomic",
 ]

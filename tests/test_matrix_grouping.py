@@ -85,3 +85,18 @@ def test_softmax_reads_like_a_contract_and_the_matrix_shrinks(old_matrix, new_ma
     old_n = sum(map(len, old_matrix.operators.values()))
     new_n = sum(map(len, new_matrix.operators.values()))
     assert new_n * 3 <= old_n, (old_n, new_n)
+
+
+def test_every_command_counts_the_same_cells(old_matrix, new_matrix):
+    """probe, report, validate and the site count through count_matrix: grouping changes entries, not cells."""
+    from opmatrix.reports.summary import coverage
+    from opmatrix.schema import count_matrix
+
+    new, old = count_matrix(new_matrix), count_matrix(old_matrix)
+    assert (new.cells, new.cells_by_path, new.samples) == (old.cells, old.cells_by_path, old.samples)
+    assert new.cells == new_matrix.cell_count()
+    assert new.boxes == old.entries == sum(map(len, old_matrix.operators.values())) > new.entries
+    site = coverage(new_matrix)
+    assert {p: sum(site.counts[d][p] for d in site.dtypes) for p in new.cells_by_path} == new.cells_by_path
+    assert new.line().startswith(f"{new.cells} cells (native ")
+    assert f" in {new.entries} entries, 3 operators; {new.samples} samples" in new.line()
