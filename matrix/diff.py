@@ -176,6 +176,12 @@ def _side(change: CellChange, which: str) -> str:
         return "-"
     if change.kind == "numerics":
         return f"{state.label()} err {state.max_abs_err:.3g}"
+    other: CellState | None = change.after if which == "before" else change.before
+    if other is not None and other.label() == state.label() and state.backward is not None:
+        # the forward is unchanged: say what did change, the first-order backward
+        outcome, path = list(Outcome)[state.backward[0]], list(ExecPath)[state.backward[1]]
+        back = path.value if outcome is Outcome.ok else f"{path.value}/{outcome.value}"
+        return f"{state.label()}, backward {back}"
     return state.label()
 
 
