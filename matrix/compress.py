@@ -12,6 +12,9 @@ The same is tried with layouts before ranks, and the plan with fewer boxes wins 
 first). Every box holds only probed cells, so expanding the entries gives back exactly the
 probed cells, e.g. ``softmax`` float32 + bfloat16 at ranks 2..5, contiguous, ``dim: last`` ->
 one entry. Within a box the results are aggregated (max errors, summed samples).
+
+:func:`compress_cells` then groups each operator's boxes into contract-level entries
+(:mod:`.grouping`: one per mode, path and outcome, the boxes kept as exact ``parts``).
 """
 
 from __future__ import annotations
