@@ -42,7 +42,7 @@ class CellIndex:
     def __init__(self, matrix: Matrix) -> None:
         cells: dict[CellKey, list[Entry]] = defaultdict(list)
         ranks: dict[tuple[str, DType, Layout, Mode], set[int]] = defaultdict(set)
-        for op, entries in matrix.operators.items():
+        for op, entries in matrix.boxes().items():
             for entry in entries:
                 for dtype, rank, layout, mode in entry.cells():
                     cells[CellKey(op, dtype, rank, layout, mode)].append(entry)

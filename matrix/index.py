@@ -78,7 +78,7 @@ def _grouped(op: str, entries: list[Entry], evidence: Evidence) -> dict[RowKey, 
 def build_rows(model: MatrixModel) -> dict[RowKey, Row]:
     """The index of a whole matrix."""
     rows: dict[RowKey, Row] = {}
-    for op, entries in model.operators.items():
+    for op, entries in model.boxes().items():
         part = None if any(e.conditions for e in entries) else _disjoint(op, entries, model.evidence)
         rows.update(part if part is not None else _grouped(op, entries, model.evidence))
     return rows

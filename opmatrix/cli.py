@@ -127,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from opmatrix.schema import ArtifactError, Contract, Matrix, validate_file
+    from opmatrix.schema import ArtifactError, Contract, Matrix, count_matrix, validate_file
 
     bad = 0
     for path in args.files:
@@ -141,7 +141,7 @@ def _validate(args: argparse.Namespace) -> int:
                 print(terminal_text(line), file=sys.stderr)
             continue
         if isinstance(model, Matrix):
-            what = f"matrix, {len(model.operators)} operators, {model.cell_count()} cells"
+            what = f"matrix, {count_matrix(model).line()}"
         elif isinstance(model, Contract):
             what = f"contract, release {model.release}, level {model.level}"
         else:  # pragma: no cover - validate_file returns one of the two

@@ -22,7 +22,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from opmatrix.schema import ArtifactError, BackendId, JournalHeader, UsageError, dump_model, write_text_atomic
+from opmatrix.schema import (
+    ArtifactError,
+    BackendId,
+    JournalHeader,
+    UsageError,
+    count_matrix,
+    dump_model,
+    write_text_atomic,
+)
 from opmatrix.schema.journalfile import Record, scan_journal
 from opmatrix.schema.outdir import DirClaim, check_out_path, claim_dir
 
@@ -101,12 +109,10 @@ def _build(plan: Any, summary: Any) -> Any:
 def _report(plan: Any, summary: Any, matrix: Any) -> int:
     identity: BackendId = plan.backend_id
     faults = {k: v for k, v in sorted(summary.faults.items()) if v}
-    paths = ", ".join(f"{k} {v}" for k, v in sorted(summary.paths.items()))
     print(f"{identity.name}{'/' + identity.generation if identity.generation else ''}: "
-          f"{summary.recorded}/{summary.planned} tasks ({summary.reused} reused), {matrix.cell_count()} cells "
-          f"in {len(matrix.operators)} operators, {len(matrix.skipped)} skipped task(s), {summary.seconds:.1f} s")
-    if paths:
-        print(f"cells by path: {paths}")
+          f"{summary.recorded}/{summary.planned} tasks ({summary.reused} reused), {len(matrix.skipped)} skipped "
+          f"task(s), {summary.seconds:.1f} s")
+    print(f"matrix: {count_matrix(matrix).line()}")
     if faults:
         print("faulted cells: " + ", ".join(f"{k} {v}" for k, v in faults.items()))
     print(f"journal: {plan.out / JOURNAL}")
