@@ -141,7 +141,8 @@ class TinyGPT(nn.Module):
         self.head = nn.Linear(d, self.VOCAB, bias=False)
 
     def step(self, tokens: torch.Tensor, start: int, caches: list | None):
-        pos = torch.arange(start, start + tokens.shape[1], device=tokens.device)
+        # position ids from the attention mask (as Hugging Face decoders do): a running count
+        pos = torch.ones_like(tokens).cumsum(dim=1) - 1 + start
         x = self.tok(tokens) + self.pos(pos)
         new = []
         for i, layer in enumerate(self.layers):
@@ -154,12 +155,12 @@ class TinyGPT(nn.Module):
 
 
 def generate(model: TinyGPT, tokens: torch.Tensor, steps: int = 4) -> torch.Tensor:
-    """Greedy decoding with a KV cache; the next token is the top-1 of the last logits (via topk)."""
+    """Greedy decoding with a KV cache: the next token is the argmax of the last logits."""
     logits, caches = model.step(tokens, 0, None)
     out = [tokens]
     start = tokens.shape[1]
     for _ in range(steps):
-        nxt = torch.topk(logits[:, -1, :].float(), k=1, dim=-1).indices
+        nxt = logits[:, -1, :].float().argmax(dim=-1, keepdim=True)
         out.append(nxt)
         logits, caches = model.step(nxt, start, caches)
         start += 1
