@@ -28,6 +28,8 @@ from opmatrix.schema import (
     RuntimeCheck,
     RuntimeRecord,
     TaskRecord,
+    WorkloadRecord,
+    WorkloadResult,
 )
 
 from .compress import CellKey, compress_cells
@@ -108,6 +110,7 @@ def build_matrix(
     """
     tasks: dict[str, TaskRecord] = {}
     runtime_records: list[RuntimeRecord] = []
+    workloads: list[WorkloadResult] = []
     for record in records:
         if isinstance(record, TaskRecord):
             if record.task in tasks:
@@ -118,6 +121,8 @@ def build_matrix(
             tasks[record.task] = record
         elif isinstance(record, RuntimeRecord):
             runtime_records.append(record)
+        elif isinstance(record, WorkloadRecord):
+            workloads.append(record.result)
         elif not isinstance(record, JournalHeader):
             raise TypeError(f"not a journal record: {type(record).__name__}")
     skipped = {task_id: reason for task_id, task in tasks.items() if (reason := skip_reason(task)) is not None}
@@ -128,4 +133,5 @@ def build_matrix(
         runtime=_runtime(runtime, sorted(runtime_records, key=lambda r: r.task)),
         operators=compress_cells(cells),
         skipped=dict(sorted(skipped.items())),
+        workloads=sorted(workloads, key=lambda w: w.key()),
     )

@@ -23,16 +23,17 @@ from typing import TypeAlias
 
 from pydantic import TypeAdapter, ValidationError
 
-from opmatrix.schema import ArtifactError, JournalHeader, Outcome, RuntimeRecord, TaskRecord
+from opmatrix.schema import ArtifactError, JournalHeader, Outcome, RuntimeRecord, TaskRecord, WorkloadRecord
 
 __all__ = ["Record", "dumps_records", "merge_records", "read_journal"]
 
-Record: TypeAlias = JournalHeader | TaskRecord | RuntimeRecord
+Record: TypeAlias = JournalHeader | TaskRecord | RuntimeRecord | WorkloadRecord
 
-_KINDS: dict[str, type[JournalHeader] | type[TaskRecord] | type[RuntimeRecord]] = {
+_KINDS: dict[str, type[JournalHeader] | type[TaskRecord] | type[RuntimeRecord] | type[WorkloadRecord]] = {
     "header": JournalHeader,
     "task": TaskRecord,
     "runtime": RuntimeRecord,
+    "workload": WorkloadRecord,
 }
 _ANY = TypeAdapter(dict[str, object])
 
@@ -89,7 +90,7 @@ def read_journal(path: str | os.PathLike[str]) -> list[Record]:
     return [*headers, *records.values()]
 
 
-def _preference(record: TaskRecord | RuntimeRecord) -> tuple[int, int, int, str]:
+def _preference(record: TaskRecord | RuntimeRecord | WorkloadRecord) -> tuple[int, int, int, str]:
     """Higher is preferred: a task that ran to the end, then more cells, then more attempts."""
     if isinstance(record, TaskRecord):
         finished = 1 if record.outcome is Outcome.ok and not record.skipped else 0
@@ -106,7 +107,7 @@ def merge_records(journals: Iterable[Sequence[Record]]) -> list[Record]:
     sorted: headers first, then by kind and task id.
     """
     headers: list[JournalHeader] = []
-    chosen: dict[tuple[str, str], TaskRecord | RuntimeRecord] = {}
+    chosen: dict[tuple[str, str], TaskRecord | RuntimeRecord | WorkloadRecord] = {}
     for records in journals:
         for record in records:
             if isinstance(record, JournalHeader):

@@ -42,6 +42,7 @@ from .io import (
     write_text_atomic,
 )
 from .journal import CellRecord, JournalHeader, RuntimeRecord, TaskRecord
+from .workloads import WorkloadRecord, WorkloadRequirement, WorkloadResult, WorkloadStep
 from .jsonschema import json_schema
 from .matrix import (
     SCHEMA_VERSION,
@@ -70,6 +71,7 @@ __all__ = [
     "LevelRequirement", "Matrix", "Mode", "Model", "Numerics", "OpSource", "OperatorRequirement",
     "Outcome", "RankRange", "ReferenceKind", "Runtime", "RuntimeCheck", "RuntimeRecord", "Samples",
     "TaskRecord", "ToleranceOverride", "UsageError", "Waiver", "WaiverMatch",
+    "WorkloadRecord", "WorkloadRequirement", "WorkloadResult", "WorkloadStep",
     "describe", "dump_model", "dump_yaml", "dumps_model", "features_of", "json_schema", "load_contract",
     "load_document", "load_matrix", "load_model", "loads_yaml", "matches", "model_to_data",
     "validate_data", "validate_file", "write_text_atomic",

@@ -37,6 +37,7 @@ from .enums import (
     Outcome,
     ReferenceKind,
 )
+from .workloads import WorkloadList
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -248,6 +249,7 @@ class Matrix(Model):
         default_factory=dict,
         description="probe tasks (source|dtype) that yielded no cell, with the reason: never silently absent",
     )
+    workloads: WorkloadList = Field(default_factory=list, description="levels 3/4: workload runs (opmatrix probe --suites workloads)")
 
     @field_validator("operators")
     @classmethod
