@@ -35,6 +35,7 @@ from opmatrix.schema import (
 from .compress import CellKey, compress_cells
 from .journal import Record, read_journal
 from .rollup import rollup
+from .workloads import predict_fallback
 
 __all__ = ["build_matrix", "collect_cells", "read_journal", "skip_reason"]
 
@@ -127,11 +128,12 @@ def build_matrix(
             raise TypeError(f"not a journal record: {type(record).__name__}")
     skipped = {task_id: reason for task_id, task in tasks.items() if (reason := skip_reason(task)) is not None}
     cells = collect_cells(tasks.values())
+    operators = compress_cells(cells)
     return Matrix(
         backend=backend,
         evidence=evidence,
         runtime=_runtime(runtime, sorted(runtime_records, key=lambda r: r.task)),
-        operators=compress_cells(cells),
+        operators=operators,
         skipped=dict(sorted(skipped.items())),
-        workloads=sorted(workloads, key=lambda w: w.key()),
+        workloads=predict_fallback(sorted(workloads, key=lambda w: w.key()), operators),
     )

@@ -161,9 +161,12 @@ def probe(args: argparse.Namespace) -> int:
 
     from opmatrix.probes.ops.source import UnknownOp, select_ops, source_hash
 
+    from opmatrix.probes.workloads.cli import resolve_suites, workload_tasks
+
+    suites = resolve_suites(args)
     tasks: list[Any] = []
     source = None
-    if not args.runtime_only:
+    if "ops" in suites:
         try:
             entries = select_ops(args.ops)
         except UnknownOp as exc:
@@ -173,8 +176,10 @@ def probe(args: argparse.Namespace) -> int:
             options["layouts"] = layouts
         tasks = plan_op_tasks([e.full_name for e in entries], dtypes, options)
         source = OpSource(name="opinfo", entries=len(entries), hash=source_hash(entries))
-    if not args.no_runtime:
+    if "runtime" in suites:
         tasks = _runtime_tasks(args.backend, args.generation) + tasks
+    if "workloads" in suites:
+        tasks += workload_tasks(args)
 
     from opmatrix.probes.runner import run
 

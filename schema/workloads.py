@@ -57,6 +57,7 @@ class StepResult(Model):
     ref_max_abs: float | None = Field(default=None, description="max |reference|, for a contract's rtol")
     rtol: float | None = None
     atol: float | None = None
+    host_fallback: list[str] = Field(default_factory=list, description="ops seen on the host during this step")
 
 
 class HostFallback(Model):
@@ -133,7 +134,12 @@ class WorkloadRequirement(Model):
     )
     rtol: float | None = Field(default=None, ge=0, description="overrides each workload's own tolerance")
     atol: float | None = Field(default=None, ge=0)
-    max_host_fallback_ops: int | None = Field(default=None, ge=0, description="0 = host fallback forbidden")
+    max_host_fallback_ops: int | None = Field(
+        default=None, ge=0, description="distinct ops run on the host, besides allow_host_fallback (0 = forbidden)"
+    )
+    allow_host_fallback: list[str] = Field(
+        default_factory=list, description="fnmatch patterns of ops accepted on the host (e.g. aten::gelu*)"
+    )
     max_device_memory_mb: float | None = Field(default=None, gt=0)
     max_host_rss_mb: float | None = Field(default=None, gt=0)
     max_graph_breaks: int | None = Field(default=None, ge=0)

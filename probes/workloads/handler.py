@@ -86,9 +86,14 @@ def _run_steps(ctx: Any, task: Any, run: steps.Run, backend: Any, progress: Call
             continue
         unit = f"{task.id}:{step.value}"
         progress(unit)
+        run.step_ops = set()
         results[step] = steps.guarded(ctx.adapter, _step_fn(step, run, backend, stats))
+        if run.step_ops:
+            results[step] = results[step].model_copy(update={"host_fallback": sorted(run.step_ops)})
         if step is WorkloadStep.to_device and backend is not None and run.model is not None:
-            quiet = steps.guarded(ctx.adapter, lambda: steps.inference(run))  # eager output for compiled == eager
+            seen = set(run.fallback_ops)  # the eager output for compiled == eager; its fallback is eager's
+            quiet = steps.guarded(ctx.adapter, lambda: steps.inference(run))
+            run.fallback_ops = seen
             if quiet.result is not CheckResult.passed:
                 run.eager_out = None
         if results[step].outcome in (Outcome.error, Outcome.oom):

@@ -38,6 +38,8 @@ class Run:
     eager_out: Any = None
     fallback_ops: set[str] = field(default_factory=set)
     fallback_state: str = "not_observed"
+    #: the ops seen on the host during the current step
+    step_ops: set[str] = field(default_factory=set)
     #: compile mode: the plain forward (a compiled module's other methods are not compiled)
     plain: bool = False
 
@@ -71,6 +73,7 @@ def observe(run: Run, body: Callable[[], Any]) -> Any:
             if seen.state.value == "unknown" and not run.fallback_ops:
                 run.fallback_state = "unknown"
             run.fallback_ops.update(seen.ops)
+            run.step_ops.update(seen.ops)
 
 
 def move(run: Run) -> StepResult:
