@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 
 from opmatrix.schema import Entry, ExecPath, WorkloadResult
 
-__all__ = ["base_name", "fallback_bases", "normal_base", "predict_fallback"]
+__all__ = ["base_name", "diff_workloads", "fallback_bases", "normal_base", "predict_fallback", "render_workload_diff"]
 
 
 def base_name(op: str) -> str:
@@ -48,3 +48,36 @@ def predict_fallback(results: Iterable[WorkloadResult], operators: Mapping[str, 
         hf = r.host_fallback.model_copy(update={"predicted": predicted})
         out.append(r.model_copy(update={"host_fallback": hf}))
     return out
+
+
+def _rank(w: WorkloadResult) -> tuple[int, int]:
+    """Lower is better: the outcome, then the number of steps that did not pass."""
+    return (list(type(w.outcome)).index(w.outcome), len(w.failed_steps()))
+
+
+def diff_workloads(a: Iterable[WorkloadResult], b: Iterable[WorkloadResult]) -> dict[str, list[str]]:
+    """Workload runs worse / better / new / removed from ``a`` to ``b``, one line each."""
+    old, new = {w.key(): w for w in a}, {w.key(): w for w in b}
+    out: dict[str, list[str]] = {"worse": [], "better": [], "new": [], "removed": []}
+    for key in sorted(old.keys() | new.keys()):
+        name = "/".join(key)
+        if key not in new:
+            out["removed"].append(name)
+            continue
+        if key not in old:
+            out["new"].append(f"{name}: {new[key].outcome.value}")
+            continue
+        x, y = old[key], new[key]
+        more_host = sorted(set(y.host_fallback.ops) - set(x.host_fallback.ops))
+        if _rank(y) > _rank(x) or more_host:
+            why = "; ".join(y.failed_steps()[:2]) or (f"new host fallback {', '.join(more_host)}" if more_host else "")
+            out["worse"].append(f"{name}: {x.outcome.value} -> {y.outcome.value}{': ' + why if why else ''}")
+        elif _rank(y) < _rank(x):
+            out["better"].append(f"{name}: {x.outcome.value} -> {y.outcome.value}")
+    return out
+
+
+def render_workload_diff(changes: dict[str, list[str]]) -> str:
+    """The text block ``opmatrix diff`` prints under the cell table (empty when nothing changed)."""
+    lines = [f"workloads {kind}: {line}" for kind in ("worse", "better", "new", "removed") for line in changes[kind]]
+    return "\n".join(lines) + "\n" if lines else ""

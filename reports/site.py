@@ -142,6 +142,7 @@ def render_site(
         "matrix": matrix,
         "identity": _identity(matrix),
         "has_diff": diff is not None,
+        "has_workloads": bool(matrix.workloads),
     }
 
     for name in sorted(os.listdir(STATIC)):
@@ -177,6 +178,13 @@ def render_site(
         )
         writer.write(out_dir / OPS_DIR / pages[op], html)
     _remove_stale(out_dir / OPS_DIR, set(pages.values()), result)
+
+    wl_path = out_dir / "workloads.html"
+    if matrix.workloads:
+        writer.write(wl_path, env.get_template("workloads.html").render(**common, root="", page="workloads"))
+    elif wl_path.exists():
+        wl_path.unlink()
+        result.removed.append(wl_path)
 
     diff_path = out_dir / "diff.html"
     if diff is not None and baseline is not None:
