@@ -160,7 +160,6 @@ def probe(args: argparse.Namespace) -> int:
     started = _now()
 
     from opmatrix.probes.ops.source import UnknownOp, select_ops, source_hash
-
     from opmatrix.probes.workloads.cli import resolve_suites, workload_tasks
 
     suites = resolve_suites(args)

@@ -42,7 +42,6 @@ from .io import (
     write_text_atomic,
 )
 from .journal import CellRecord, JournalHeader, RuntimeRecord, TaskRecord
-from .workloads import WorkloadRecord, WorkloadRequirement, WorkloadResult, WorkloadStep
 from .jsonschema import json_schema
 from .matrix import (
     SCHEMA_VERSION,
@@ -62,6 +61,7 @@ from .matrix import (
     RuntimeCheck,
     Samples,
 )
+from .workloads import WorkloadRecord, WorkloadRequirement, WorkloadResult, WorkloadStep
 
 __all__ = [
     "SCHEMA_VERSION", "DEFAULT_DTYPES", "TENSOR",

@@ -59,7 +59,7 @@ def compare(got: Any, want: Any, rtol: float, atol: float) -> tuple[bool, float,
     if len(a) != len(b):
         return False, float("inf"), 0.0, f"{len(a)} output tensors, the reference has {len(b)}"
     worst, scale, ok, why = 0.0, 0.0, True, ""
-    for i, (x, y) in enumerate(zip(a, b)):
+    for i, (x, y) in enumerate(zip(a, b, strict=True)):
         if x.shape != y.shape:
             return False, float("inf"), 0.0, f"output {i}: shape {tuple(x.shape)}, reference {tuple(y.shape)}"
         if not (x.is_floating_point() or y.is_floating_point()):
