@@ -104,3 +104,14 @@ def test_probe_runs_a_workload_on_the_cpu_backend_in_the_isolated_runner(tmp_pat
     assert run.key() == ("mlp", "float32", "eager") and run.outcome.value == "ok"
     assert {k.value for k, v in run.steps.items() if v.result is CheckResult.passed} == {
         "to_device", "inference", "training", "state_dict"}
+
+
+def tiny_factory():
+    """A user workload: (model, inputs) without a loss function."""
+    return torch.nn.Linear(4, 2), (torch.randn(3, 4),)
+
+
+def test_user_factory_builds_a_workload_in_the_asked_dtype():
+    wl = build("tests.test_workloads:tiny_factory", torch.float16)
+    assert wl.model.weight.dtype == torch.float16 and wl.inputs[0].dtype == torch.float16
+    assert wl.loss_fn is None and wl.batch == 3 and "tests.test_workloads:tiny_factory" in wl.input_desc

@@ -149,7 +149,7 @@ def custom_op(run: Run, backend: Any) -> StepResult:
                       evidence=why or "custom op inside a compiled region matches eager", max_abs_error=err)
 
 
-def _median_ms(fn: Any, calls: int = 5) -> float:
+def _median_ms(fn: Any, calls: int = 3) -> float:
     times = []
     for _ in range(calls):
         start = time.perf_counter()
