@@ -160,7 +160,7 @@ def probe(args: argparse.Namespace) -> int:
     started = _now()
 
     from opmatrix.probes.ops.source import UnknownOp, select_ops, source_hash
-    from opmatrix.probes.workloads.cli import resolve_suites, workload_tasks
+    from opmatrix.probes.workloads.cli import resolve_suites, summary_lines, workload_tasks
 
     suites = resolve_suites(args)
     tasks: list[Any] = []
@@ -214,6 +214,8 @@ def probe(args: argparse.Namespace) -> int:
         print(f"cells by path: {paths}")
     if faults:
         print("faulted cells: " + ", ".join(f"{k} {v}" for k, v in faults.items()))
+    for line in summary_lines(matrix.workloads):
+        print(line)
     print(f"journal: {out / 'journal.jsonl'}")
     print(f"matrix:  {out / 'matrix.yaml'}")
     if summary.aborted:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-__all__ = ["SUITES", "add_probe_arguments", "resolve_suites", "workload_tasks"]
+__all__ = ["SUITES", "add_probe_arguments", "resolve_suites", "summary_lines", "workload_tasks"]
 
 #: the suites ``--suites`` may name (``distributed`` joins when its module is installed)
 SUITES = ("runtime", "ops", "workloads", "distributed")
@@ -73,3 +73,23 @@ def workload_tasks(args: argparse.Namespace) -> list[Any]:
     dtypes = _checked(getattr(args, "workload_dtypes", None), _DTYPES, "--workload-dtypes")
     modes = _checked(getattr(args, "workload_modes", None), _MODES, "--workload-modes")
     return plan_workload_tasks(names, dtypes, modes)
+
+
+def summary_lines(results: list[Any]) -> list[str]:
+    """What ``opmatrix probe`` prints about the workload runs: outcomes, host fallback, compile figures."""
+    if not results:
+        return []
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r.outcome.value] = counts.get(r.outcome.value, 0) + 1
+    lines = ["workloads: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))]
+    for r in results:
+        host = f"; host: {', '.join(r.host_fallback.ops)}" if r.host_fallback.ops else ""
+        bad = r.failed_steps()
+        comp = ""
+        if r.compile is not None and r.compile.speedup is not None:
+            comp = (f"; compile {r.compile.compile_seconds:.2f} s, speedup {r.compile.speedup:.2f}x, "
+                    f"{r.compile.graph_breaks} graph break(s), {r.compile.recompiles} recompile(s)")
+        why = f" ({bad[0][:120]})" if bad else (f" ({r.error[:120]})" if r.error else "")
+        lines.append(f"  {r.workload} {r.dtype.value} {r.mode.value}: {r.outcome.value}{why}{host}{comp}")
+    return lines
