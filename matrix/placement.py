@@ -151,7 +151,7 @@ def place(gm: torch.fx.GraphModule, matrix: Matrix, *, workload: str = "model", 
         where[node.name] = w
         stack = node.meta.get("nn_module_stack") or {}
         module = list(stack.values())[-1][0] if stack else ""
-        report.nodes.append(NodePlacement(node=node.name, op=str(node.target.name()).replace("::", "."), where=w,
+        report.nodes.append(NodePlacement(node=node.name, op=str(node.target), where=w,
                                           path=path, detail=detail, module=str(module)))
     report.transfers = _transfers(gm, where)
     parts = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True).propose_partitions()

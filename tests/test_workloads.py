@@ -115,3 +115,17 @@ def test_user_factory_builds_a_workload_in_the_asked_dtype():
     wl = build("tests.test_workloads:tiny_factory", torch.float16)
     assert wl.model.weight.dtype == torch.float16 and wl.inputs[0].dtype == torch.float16
     assert wl.loss_fn is None and wl.batch == 3 and "tests.test_workloads:tiny_factory" in wl.input_desc
+
+
+def test_explain_traces_a_catalog_workload_without_a_device(tmp_path):
+    from opmatrix.explain import explain
+    from opmatrix.schema import dump_model
+
+    records = [task("gelu", "float32", cells("aten.gelu.default", "float32", range(1, 4), path="fallback")),
+               task("linear", "float32", cells("aten.linear.default", "float32", range(1, 4)))]
+    dump_model(build_matrix(records, backend=BACKEND, evidence=EVIDENCE), tmp_path / "m.yaml")
+    report = explain(str(tmp_path / "m.yaml"), "mlp")
+    assert report.host_ops() == ["aten::gelu"]
+    assert report.transfers >= 2 and report.segments >= 2
+    assert "aten.layer_norm.default" in report.unknown_ops()  # never probed: said, not guessed
+    assert report.comparison is None  # the matrix holds no run of mlp
