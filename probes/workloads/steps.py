@@ -138,7 +138,9 @@ def _outs(out: Any) -> list[torch.Tensor]:
 def training(run: Run) -> StepResult:
     """One training step on the device (loss, gradients, optimizer update) vs the same step on the CPU."""
     wl = run.workload
-    model = copy.deepcopy(run.model)
+    # a fresh device copy from the CPU model (deepcopy of a device module copies device storages,
+    # which crashes refaccel on BatchNorm's int64 counter: a runtime bug this path does not hide elsewhere)
+    model = copy.deepcopy(wl.model).to(run.device)
     start = time.perf_counter()
     got = observe(run, lambda: _train_once(wl, model, run.inputs))
     run.adapter.synchronize()
@@ -160,9 +162,10 @@ def state_dict_round_trip(run: Run) -> StepResult:
     buf.seek(0)
     loaded = torch.load(buf, weights_only=True)
     off = [k for k, t in loaded.items() if t.device != run.device]
-    fresh = copy.deepcopy(run.model)
+    fresh = copy.deepcopy(wl.model)
     for p in fresh.parameters():
         p.data = torch.zeros_like(p.data)
+    fresh = fresh.to(run.device)
     fresh.load_state_dict(loaded)
     with torch.no_grad():
         a, b = forward(wl, run.model, run.inputs), forward(wl, fresh, run.inputs)
