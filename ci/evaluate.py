@@ -12,8 +12,9 @@ The contract promises a support level; every level up to it must be proven by th
 
 - levels 0/1: runtime checks by name (or a pattern over the level's checks);
 - level 2: operator requirements, judged cell by cell (:mod:`opmatrix.ci.requirements`);
-- levels 3-7: opmatrix cannot measure workloads, compiled programs, distributed runs, performance
-  or maintenance yet, so they are ``unknown`` and block when promised; never a silent pass;
+- levels 3/4: workload requirements judged against the matrix's workload runs
+  (:mod:`opmatrix.ci.workloads`); a level 3-7 requirement without them is ``unknown`` and blocks
+  when promised; never a silent pass;
 - a promised level without any requirement is ``unknown`` too (a promise needs its evidence);
 - requirements above the promised level are evaluated but informational;
 - gate-level checks: the matrix is for the contract's backend, it holds probed cells and not more
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from opmatrix.schema import Contract, LevelRequirement, Matrix
+from opmatrix.schema import Contract, LevelRequirement, Matrix, WorkloadRequirement
 
 from .baseline import compare_cells
 from .cells import CellIndex, CellKey
@@ -45,6 +46,7 @@ from .result import (
     WaiverState,
 )
 from .waivers import WaiverBook
+from .workloads import evaluate_workloads
 
 __all__ = ["LEVEL_NAMES", "evaluate_contract"]
 
@@ -95,13 +97,10 @@ def _level_results(
         out.append(
             evaluate_operators(op_req, rid=rid, level=level, blocking=blocking, contract=contract, index=index, book=book)
         )
-    for workload in req.workloads:
-        out.append(
-            _unknown(
-                f"L{level}.workload.{_slug(workload)}", level, "workload", f"workload {workload}", blocking,
-                "workload runs are not evaluable by opmatrix yet: no evidence, so this promise is unproven",
-            )
-        )
+    for i, workload in enumerate(req.workloads):
+        wreq = WorkloadRequirement(names=[workload]) if isinstance(workload, str) else workload
+        wid = f"L{level}.workload.{_slug(wreq.name) if wreq.name else i}"
+        out += evaluate_workloads(wreq, rid=wid, level=level, blocking=blocking, matrix=matrix)
     if level > EVALUABLE_LEVEL and not req.workloads:
         out.append(
             _unknown(

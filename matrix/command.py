@@ -168,6 +168,18 @@ def _print_entries(m: Matrix, op: str, dtype: str | None, rank: int | None, layo
 
 def diff(args: argparse.Namespace) -> int:
     """Print the cells better / worse / new / removed from matrix A to matrix B (exit 0)."""
-    result = diff_matrices(load_matrix(args.a), load_matrix(args.b))
-    sys.stdout.write(result.to_json() + "\n" if args.json else terminal_text(result.render_table()))
+    a, b = load_matrix(args.a), load_matrix(args.b)
+    result = diff_matrices(a, b)
+    from .workloads import diff_workloads, render_workload_diff
+
+    changes = diff_workloads(a.workloads, b.workloads)
+    if args.json:
+        import json
+
+        data = json.loads(result.to_json())
+        if a.workloads or b.workloads:
+            data["workloads"] = changes
+        sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    else:
+        sys.stdout.write(terminal_text(result.render_table() + render_workload_diff(changes)))
     return 0

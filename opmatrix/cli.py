@@ -30,6 +30,7 @@ HANDLERS: dict[str, str] = {
     "diff": "opmatrix.matrix.command:diff",
     "doctor": "opmatrix.probes.runtime.command:doctor",
     "schema": "opmatrix.cli:_schema",
+    "explain": "opmatrix.explain:command",
 }
 
 
@@ -75,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-restarts", type=int, help="abort after this many worker replacements")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--force", action="store_true", help="write into a non-empty --out that opmatrix did not make")
+    from opmatrix.probes.workloads.cli import add_probe_arguments
+
+    add_probe_arguments(p)
 
     p = sub.add_parser("merge", help="merge shard journals -> one matrix")
     p.add_argument("journals", nargs="+", metavar="JOURNAL")
@@ -120,6 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", required=True)
     p.add_argument("--generation")
     p.add_argument("--json", action="store_true")
+
+    from opmatrix.explain import add_parser as add_explain
+
+    add_explain(sub)
 
     p = sub.add_parser("schema", help="print the JSON Schema of an artifact")
     p.add_argument("kind", choices=["matrix", "contract"])

@@ -115,6 +115,10 @@ def _report(plan: Any, summary: Any, matrix: Any) -> int:
     print(f"matrix: {count_matrix(matrix).line()}")
     if faults:
         print("faulted cells: " + ", ".join(f"{k} {v}" for k, v in faults.items()))
+    from opmatrix.probes.workloads.cli import summary_lines
+
+    for line in summary_lines(matrix.workloads):
+        print(line)
     print(f"journal: {plan.out / JOURNAL}")
     print(f"matrix:  {plan.out / 'matrix.yaml'}")
     if summary.aborted:

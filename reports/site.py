@@ -125,6 +125,7 @@ def render_site(
         "matrix": matrix,
         "identity": _identity(matrix),
         "has_diff": diff is not None,
+        "has_workloads": bool(matrix.workloads),
     }
 
     for name in sorted(os.listdir(STATIC)):
@@ -162,6 +163,8 @@ def render_site(
         )
         files.add(f"{OPS_DIR}/{pages[op]}", html)
 
+    if matrix.workloads:
+        files.add("workloads.html", env.get_template("workloads.html").render(**common, root="", page="workloads"))
     if diff is not None and baseline is not None:
         html = env.get_template("diff.html").render(
             **common, root="", page="diff", diff=diff, baseline=baseline, links=links, ops_dir=OPS_DIR

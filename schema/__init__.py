@@ -67,6 +67,7 @@ from .matrix import (
     Samples,
 )
 from .names import CellKey, OpName
+from .workloads import WorkloadRecord, WorkloadRequirement, WorkloadResult, WorkloadStep
 
 __all__ = [
     "SCHEMA_VERSION", "DEFAULT_DTYPES", "PROCESS_FAULTS", "TENSOR", "CellKey", "FaultOutcome", "GateResult", "OpName",
@@ -77,6 +78,7 @@ __all__ = [
     "Outcome", "RankRange", "ReferenceKind", "Runtime", "RuntimeCheck", "RuntimeRecord", "Samples",
     "TaskRecord", "ToleranceOverride", "UsageError", "Waiver", "WaiverMatch",
     "MatrixCounts", "count_matrix", "describe", "dump_model", "dump_yaml", "dumps_model", "features_of", "json_schema", "load_contract",
+    "WorkloadRecord", "WorkloadRequirement", "WorkloadResult", "WorkloadStep",
     "load_document", "load_matrix", "load_model", "loads_yaml", "matches", "model_to_data",
     "validate_data", "validate_file", "write_text_atomic",
 ]

@@ -30,6 +30,7 @@ from pydantic import Field, model_validator
 
 from .base import Model, RankRange
 from .enums import DType, ExecPath, FallbackPolicy, FlakyPolicy, Layout, Mode
+from .workloads import WorkloadRequirement
 
 __all__ = ["Contract", "LevelRequirement", "OperatorRequirement", "ToleranceOverride", "Waiver", "WaiverMatch"]
 
@@ -65,7 +66,9 @@ class LevelRequirement(Model):
     level: int = Field(ge=0, le=7)
     checks: list[str] = Field(default_factory=list, description="runtime checks by name (levels 0-1)")
     operators: list[OperatorRequirement] = Field(default_factory=list)
-    workloads: list[str] = Field(default_factory=list, description="levels 3+: not evaluable yet")
+    workloads: list[WorkloadRequirement | str] = Field(
+        default_factory=list, description="levels 3/4: workload requirements (a bare name: it must run, eager float32)"
+    )
     description: str | None = None
 
 

@@ -38,6 +38,7 @@ from .enums import (
     ReferenceKind,
 )
 from .integrity import Integrity, content_digest
+from .workloads import WorkloadList
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -332,6 +333,7 @@ class Matrix(Model):
         default_factory=dict,
         description="units that never ran ('source|dtype unit'), with the reason: not cells, never counted as probed",
     )
+    workloads: WorkloadList = Field(default_factory=list, description="levels 3/4: workload runs (opmatrix probe --suites workloads)")
 
     @field_validator("skipped")
     @classmethod
