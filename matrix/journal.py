@@ -19,7 +19,7 @@ import json
 import os
 from collections.abc import Iterable, Sequence
 
-from opmatrix.schema import JournalHeader, Outcome, RuntimeRecord, TaskRecord
+from opmatrix.schema import JournalHeader, Outcome, RuntimeRecord, TaskRecord, WorkloadRecord
 from opmatrix.schema.journalfile import Record, scan_journal
 
 __all__ = ["Record", "dumps_records", "merge_records", "read_journal"]
