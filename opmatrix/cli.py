@@ -64,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--devices", type=_csv, help="device indices to spread workers over, e.g. 0,1")
     p.add_argument("--shard", help="probe slice I of N, as I/N (1-based)")
     p.add_argument("--out", help="output directory (default out/<backend>[-<generation>])")
+    p.add_argument("--suites", type=_csv, help="comma list of runtime, ops, workloads, distributed (default runtime,ops)")
     p.add_argument("--runtime-only", action="store_true", help="run only the level 0/1 runtime checks")
     p.add_argument("--no-runtime", action="store_true", help="skip the runtime checks")
     p.add_argument("--no-compile", action="store_true", help="skip compile-mode probes (same as --compile off)")

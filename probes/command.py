@@ -155,6 +155,12 @@ def probe(args: argparse.Namespace) -> int:
     if args.max_restarts is not None and args.max_restarts < 0:
         raise _usage("--max-restarts: must be 0 or more")
     devices = [int(d) for d in args.devices] if args.devices else None
+    from opmatrix.probes.suites import resolve_suites
+
+    try:
+        suites = resolve_suites(args)
+    except ValueError as exc:
+        raise _usage(str(exc)) from None
     out = Path(args.out or f"out/{args.backend.replace(':', '_')}{'-' + args.generation if args.generation else ''}")
     command = "opmatrix " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else "opmatrix probe"
     started = _now()
@@ -163,7 +169,7 @@ def probe(args: argparse.Namespace) -> int:
 
     tasks: list[Any] = []
     source = None
-    if not args.runtime_only:
+    if "ops" in suites:
         try:
             entries = select_ops(args.ops)
         except UnknownOp as exc:
@@ -173,7 +179,7 @@ def probe(args: argparse.Namespace) -> int:
             options["layouts"] = layouts
         tasks = plan_op_tasks([e.full_name for e in entries], dtypes, options)
         source = OpSource(name="opinfo", entries=len(entries), hash=source_hash(entries))
-    if not args.no_runtime:
+    if "runtime" in suites:
         tasks = _runtime_tasks(args.backend, args.generation) + tasks
 
     from opmatrix.probes.runner import run
@@ -200,6 +206,10 @@ def probe(args: argparse.Namespace) -> int:
     if missing:  # an aborted run: what was planned but never ran is said, not silently absent
         why = f"not run: the run aborted ({summary.message})" if summary.aborted else "not run"
         matrix = matrix.model_copy(update={"skipped": {**matrix.skipped, **{m: why for m in missing}}})
+    if "distributed" in suites:
+        from opmatrix.probes.distributed.command import attach_distributed
+
+        matrix = attach_distributed(matrix, args, out)
     dump_model(matrix, out / "matrix.yaml", command=command)
     faults = {k: v for k, v in sorted(summary.faults.items()) if v}
     paths = ", ".join(f"{k} {v}" for k, v in sorted(summary.paths.items()))
@@ -216,6 +226,8 @@ def probe(args: argparse.Namespace) -> int:
         print(f"aborted: {summary.message}", file=sys.stderr)
         return 1
     if any(faults.get(k) for k in _PROCESS_FAULTS):
+        return 1
+    if matrix.distributed and any(c.outcome.value in _PROCESS_FAULTS for c in matrix.distributed.cases):
         return 1
     return 0
 

@@ -29,6 +29,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from .base import Model, RankRange
+from .distributed import DistributedRequirement
 from .enums import DType, ExecPath, FallbackPolicy, FlakyPolicy, Layout, Mode
 
 __all__ = ["Contract", "LevelRequirement", "OperatorRequirement", "ToleranceOverride", "Waiver", "WaiverMatch"]
@@ -66,6 +67,7 @@ class LevelRequirement(Model):
     checks: list[str] = Field(default_factory=list, description="runtime checks by name (levels 0-1)")
     operators: list[OperatorRequirement] = Field(default_factory=list)
     workloads: list[str] = Field(default_factory=list, description="levels 3+: not evaluable yet")
+    distributed: DistributedRequirement | None = Field(default=None, description="level 5: distributed cases")
     description: str | None = None
 
 

@@ -26,6 +26,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from .base import Model, RankRange
+from .distributed import Distributed
 from .enums import (
     ApiService,
     CheckResult,
@@ -248,6 +249,7 @@ class Matrix(Model):
         default_factory=dict,
         description="probe tasks (source|dtype) that yielded no cell, with the reason: never silently absent",
     )
+    distributed: Distributed | None = Field(default=None, description="level-5 cases (probe --suites distributed)")
 
     @field_validator("operators")
     @classmethod
