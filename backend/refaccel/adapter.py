@@ -32,6 +32,8 @@ class RefaccelAdapter(Adapter):
     device_type = "refaccel"
     dispatch_key = "PrivateUse1"
     verified = True
+    #: collectives run on host copies (counted as host fallback): see ``c10d.py``
+    c10d_staged = True
 
     def __init__(self, generation: str | None = None, device_index: int = 0):
         super().__init__(generation or os.environ.get("OPMATRIX_REFACCEL_GEN", "").strip() or "g2", device_index)
@@ -45,6 +47,12 @@ class RefaccelAdapter(Adapter):
         self.generation = install(self.generation)
         torch.refaccel.init()  # type: ignore[attr-defined]
         torch.refaccel.set_device(self.device_index)  # type: ignore[attr-defined]
+
+    def prepare_c10d(self) -> str:
+        """Register refaccel's own c10d backend (host-staged over gloo) and return its name."""
+        from .c10d import register_c10d
+
+        return register_c10d()
 
     def register(self) -> None:
         """Install this generation without initialising the runtime (fork-safe discovery)."""
