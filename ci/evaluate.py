@@ -12,7 +12,8 @@ The contract promises a support level; every level up to it must be proven by th
 
 - levels 0/1: runtime checks by name (or a pattern over the level's checks);
 - level 2: operator requirements, judged cell by cell (:mod:`opmatrix.ci.requirements`);
-- levels 3-7: opmatrix cannot measure workloads, compiled programs, distributed runs, performance
+- level 5: distributed requirements, judged case by case (:mod:`opmatrix.ci.distributed`);
+- levels 3-7 otherwise: opmatrix cannot measure workloads, compiled programs, distributed runs, performance
   or maintenance yet, so they are ``unknown`` and block when promised; never a silent pass;
 - a promised level without any requirement is ``unknown`` too (a promise needs its evidence);
 - requirements above the promised level are evaluated but informational;
@@ -30,6 +31,7 @@ from opmatrix.schema import Contract, LevelRequirement, Matrix
 
 from .baseline import compare_cells
 from .cells import CellIndex, CellKey
+from .distributed import distributed_count_check, evaluate_distributed
 from .improvements import find_improvements, improvement_yaml
 from .requirements import claimed_keys, evaluate_check, evaluate_operators
 from .result import (
@@ -93,6 +95,9 @@ def _level_results(
         out.append(
             evaluate_operators(op_req, rid=rid, level=level, blocking=blocking, contract=contract, index=index, book=book)
         )
+    if req.distributed is not None:
+        out.append(evaluate_distributed(req.distributed, rid=f"L{level}.distributed.{_slug(req.distributed.name or 'all')}",
+                                        level=level, blocking=blocking, matrix=matrix))
     for workload in req.workloads:
         out.append(
             _unknown(
@@ -100,7 +105,7 @@ def _level_results(
                 "workload runs are not evaluable by opmatrix yet: no evidence, so this promise is unproven",
             )
         )
-    if level > EVALUABLE_LEVEL and not req.workloads:
+    if level > EVALUABLE_LEVEL and not req.workloads and req.distributed is None:
         out.append(
             _unknown(
                 f"L{level}.level", level, "level", f"level {level}: {LEVEL_NAMES[level]}", blocking,
@@ -190,6 +195,8 @@ def evaluate_contract(
 
     requirements: list[RequirementResult] = []
     for level in range(0, 8):
+        if contract.judged_levels is not None and level not in contract.judged_levels:
+            continue  # judged by another contract of the release
         req = by_level.get(level)
         if req is not None:
             requirements += _level_results(
@@ -206,8 +213,8 @@ def evaluate_contract(
     requirements = _unique_ids(requirements)
 
     count = matrix.cell_count()
-    checks = [_identity_check(matrix, contract), _cell_count_check(count, baseline.cell_count() if baseline else None,
-                                                                   contract.min_cells_ratio)]
+    checks = [_identity_check(matrix, contract), distributed_count_check(matrix, contract) or _cell_count_check(
+        count, baseline.cell_count() if baseline else None, contract.min_cells_ratio)]
     regressions, better, missing = [], [], []
     if baseline is not None:
         changes = compare_cells(CellIndex(baseline), index, contract.tolerances)

@@ -199,6 +199,13 @@ def _print_entries(m: Matrix, op: str, dtype: str | None, rank: int | None, layo
 
 def diff(args: argparse.Namespace) -> int:
     """Print the cells better / worse / new / removed from matrix A to matrix B (exit 0)."""
-    result = diff_matrices(load_matrix(args.a), load_matrix(args.b))
-    sys.stdout.write(result.to_json() + "\n" if args.json else result.render_table())
+    from .distributed import diff_distributed, render_distributed
+
+    a, b = load_matrix(args.a), load_matrix(args.b)
+    result, dist = diff_matrices(a, b), diff_distributed(a, b)
+    if args.json:
+        data = {**result.to_dict(), **({"distributed": [c.to_dict() for c in dist]} if dist else {})}
+        sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    else:
+        sys.stdout.write(result.render_table() + (render_distributed(dist) if a.distributed or b.distributed else ""))
     return 0

@@ -115,6 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("doctor", help="level 0/1 diagnostics in bring-up order")
     p.add_argument("--backend", required=True)
     p.add_argument("--generation")
+    p.add_argument("--level", type=int, choices=[1, 5], default=1,
+                   help="1: level 0/1 checks (default); 5: also the distributed suite (collectives, DDP, failures)")
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("schema", help="print the JSON Schema of an artifact")

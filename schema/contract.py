@@ -118,6 +118,10 @@ class Contract(Model):
     tolerances: list[ToleranceOverride] = Field(default_factory=list)
     waivers: list[Waiver] = Field(default_factory=list)
     min_cells_ratio: float = Field(default=0.95, ge=0, le=1, description="vs the baseline's cell count")
+    judged_levels: list[int] | None = Field(
+        default=None, description="judge only these levels (e.g. [5] for a distributed add-on contract whose lower "
+        "levels the release's main contract judges); default: every level up to `level`",
+    )
 
     @model_validator(mode="after")
     def _levels_unique(self) -> Contract:

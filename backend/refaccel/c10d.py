@@ -98,22 +98,22 @@ class StagedProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
 
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
         host = _host(tensors, "all_reduce")
-        return _StagedWork(self._gloo.allreduce(host, opts), _back(list(zip(tensors, host))), tensors)
+        return _StagedWork(self._gloo.allreduce(host, opts), _back(list(zip(tensors, host, strict=True))), tensors)
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
         host = _host(tensors, "broadcast")
-        return _StagedWork(self._gloo.broadcast(host, opts), _back(list(zip(tensors, host))), tensors)
+        return _StagedWork(self._gloo.broadcast(host, opts), _back(list(zip(tensors, host, strict=True))), tensors)
 
     def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> Any:
         host_in = _host(inputs, "all_gather")
         host_out = [[o.cpu() for o in outs] for outs in outputs]
-        pairs = [(d, h) for outs, houts in zip(outputs, host_out) for d, h in zip(outs, houts)]
+        pairs = [(d, h) for outs, houts in zip(outputs, host_out, strict=True) for d, h in zip(outs, houts, strict=True)]
         return _StagedWork(self._gloo.allgather(host_out, host_in, opts), _back(pairs))
 
     def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any = None) -> Any:
         host_in = [_host(ins, "reduce_scatter") for ins in inputs]
         host_out = [o.cpu() for o in outputs]
-        return _StagedWork(self._gloo.reduce_scatter(host_out, host_in, opts), _back(list(zip(outputs, host_out))))
+        return _StagedWork(self._gloo.reduce_scatter(host_out, host_in, opts), _back(list(zip(outputs, host_out, strict=True))))
 
     def alltoall_base(self, output: torch.Tensor, input: torch.Tensor, out_splits: list[int],
                       in_splits: list[int], opts: Any = None) -> Any:
@@ -125,12 +125,12 @@ class StagedProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
     def scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any = None) -> Any:
         host_in = [_host(ins, "scatter") for ins in inputs]
         host_out = _host(outputs, "scatter")
-        return _StagedWork(self._gloo.scatter(host_out, host_in, opts), _back(list(zip(outputs, host_out))))
+        return _StagedWork(self._gloo.scatter(host_out, host_in, opts), _back(list(zip(outputs, host_out, strict=True))))
 
     def gather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> Any:
         host_in = _host(inputs, "gather")
         host_out = [_host(outs, "gather") for outs in outputs]
-        pairs = [(d, h) for outs, houts in zip(outputs, host_out) for d, h in zip(outs, houts)]
+        pairs = [(d, h) for outs, houts in zip(outputs, host_out, strict=True) for d, h in zip(outs, houts, strict=True)]
         return _StagedWork(self._gloo.gather(host_out, host_in, opts), _back(pairs))
 
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> Any:
@@ -138,7 +138,7 @@ class StagedProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
 
     def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> Any:
         host = _host(tensors, "recv")
-        return _StagedWork(self._gloo.recv(host, src, tag), _back(list(zip(tensors, host))))
+        return _StagedWork(self._gloo.recv(host, src, tag), _back(list(zip(tensors, host, strict=True))))
 
     def barrier(self, opts: Any = None) -> Any:
         return _StagedWork(self._gloo.barrier(opts) if opts is not None else self._gloo.barrier(), lambda: None)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from opmatrix.schema import ExecPath
-from opmatrix.schema.distributed import CaseKind, DistCase, Distributed, DistOutcome, PoisonScope
+from opmatrix.schema.distributed import CaseKind, DistCase, DistOutcome, Distributed, PoisonScope
 
 from .cases import plan_batches
 

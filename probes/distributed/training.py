@@ -35,7 +35,6 @@ def _data() -> tuple[Any, Any]:
 
 
 def _train(model: Any, opt: Any, x: Any, y: Any, steps: int) -> None:
-    import torch
 
     for _ in range(steps):
         opt.zero_grad()
