@@ -81,6 +81,11 @@ def _solo_all_reduce(ctx: Any, store: Any, tensor: Any) -> None:
     dist.all_reduce(tensor, group=group)
 
 
+def _host_bytes(adapter: Any) -> int:
+    counter = getattr(adapter, "c10d_host_bytes", None)
+    return int(counter()) if callable(counter) else 0
+
+
 def _classify(exc: BaseException) -> str:
     text = str(exc).lower()
     return "unsupported" if any(m in text for m in UNSUPPORTED_MARKERS) else "error"
@@ -102,15 +107,18 @@ def main(argv: list[str]) -> int:
     for case in spec["cases"]:
         _emit(progress, {"case": case["id"], "event": "start", "t": time.time()})
         store = dist.PrefixStore(f"{case['id']}/", base)
-        started = time.perf_counter()
+        started, staged_before = time.perf_counter(), _host_bytes(adapter)
         try:
             result = _run_case(ctx, case, store, float(case.get("timeout", spec["pg_timeout"])))
         except Exception as exc:  # noqa: BLE001 - recorded per case; the next case still runs
             tb = traceback.format_exc(limit=3)
             result = {"outcome": _classify(exc), "error": f"{type(exc).__name__}: {exc}"[:600],
                       "evidence": {"traceback_tail": tb[-300:]}}
+        staged = _host_bytes(adapter) - staged_before
+        if staged:  # the c10d backend moved device tensors through host memory: a host fallback
+            result.setdefault("evidence", {})["host_staged_bytes"] = staged
         result.update(case=case["id"], event="result", rank=rank, seconds=round(time.perf_counter() - started, 4),
-                      c10d=c10d, staged=bool(getattr(adapter, "c10d_staged", False)))
+                      c10d=c10d, staged=staged > 0)
         _emit(progress, result)
         if case["kind"] == "failure":
             os._exit(0)  # the broken group cannot be torn down cleanly
