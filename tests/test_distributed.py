@@ -25,7 +25,7 @@ from opmatrix.schema import (
     loads_yaml,
     validate_data,
 )
-from opmatrix.schema.distributed import CaseKind, DistCase, Distributed, DistOutcome
+from opmatrix.schema.distributed import CaseKind, DistCase, DistOutcome, Distributed
 from tests.conftest import ROOT, run_cli
 
 CONTRACTS = ROOT / "ci" / "contracts"
