@@ -56,6 +56,8 @@ def _run_case(ctx: Any, case: dict[str, Any], store: Any, timeout: float) -> dic
     dist.init_process_group(ctx.c10d, store=store, rank=ctx.rank, world_size=ctx.world_size,
                             timeout=dt.timedelta(seconds=timeout))
     try:
+        if case["kind"] != "failure":
+            dist.barrier()  # every rank connected before any may leave (a fast refusal must not cut a slow connect)
         match case["kind"]:
             case "collective":
                 return check_collective(ctx, case)
@@ -69,8 +71,11 @@ def _run_case(ctx: Any, case: dict[str, Any], store: Any, timeout: float) -> dic
                 return run_failure(ctx, case, store, lambda t: _solo_all_reduce(ctx, store, t))
         raise ValueError(f"unknown case kind {case['kind']!r}")
     finally:
-        if case["kind"] != "failure":  # a broken group's teardown can block; the process exits instead
+        if case["kind"] != "failure" and dist.is_initialized():  # a broken group's teardown can block
             dist.destroy_process_group()
+        # group names count up per process; a rank whose init failed must not count differently from the
+        # others, or every later case waits on keys its peers never write
+        dist.distributed_c10d._world.group_count = 0
 
 
 def _solo_all_reduce(ctx: Any, store: Any, tensor: Any) -> None:
@@ -79,6 +84,20 @@ def _solo_all_reduce(ctx: Any, store: Any, tensor: Any) -> None:
 
     group = dist.new_group([ctx.rank], timeout=dt.timedelta(seconds=5))
     dist.all_reduce(tensor, group=group)
+
+
+def _exit_with_parent() -> None:
+    """Leave when the launcher dies (ranks run in their own session, so no signal reaches them)."""
+    import threading
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(3)
+
+    threading.Thread(target=watch, daemon=True, name="opmatrix-parent-watch").start()
 
 
 def _host_bytes(adapter: Any) -> int:
@@ -93,6 +112,7 @@ def _classify(exc: BaseException) -> str:
 
 def main(argv: list[str]) -> int:
     """Run every case of the spec file ``argv[0]`` as rank ``argv[1]``."""
+    _exit_with_parent()
     spec = json.loads(Path(argv[0]).read_text())
     rank = int(argv[1])
     progress = Path(spec["work"]) / f"rank{rank}.jsonl"
