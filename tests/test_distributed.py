@@ -188,6 +188,9 @@ class TestC10dResolution:
         ref = get_adapter("refaccel", generation="g2")
         ref.register()
         assert prepare_c10d(ref) == "refaccel_c10d" and "REFACCEL_C10D" in dist.Backend._plugins
+        plugin = type("PluginAdapter", (), {"device_type": "opmtestdev"})()  # a PrivateUse1 package's device
+        dist.Backend.register_backend("opmtestdev_c10d", lambda *a: None, devices=["opmtestdev"])
+        assert prepare_c10d(plugin) == "opmtestdev_c10d"
         meta = get_adapter("meta")
         with pytest.raises(NoC10dBackend, match="register_backend"):
             prepare_c10d(meta)

@@ -48,6 +48,7 @@ def _poison_scope(ctx: Ctx, new_group: Any) -> tuple[str, dict[str, Any]]:
     except Exception as exc:  # noqa: BLE001
         probe["device_error"] = f"{type(exc).__name__}: {exc}"[:200]
         device_ok = False
+    probe["device_reusable"] = device_ok
     if probe.get("new_group_reusable"):
         return "communicator", probe
     return ("device" if not device_ok else "job"), probe

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -96,7 +97,9 @@ def _run_batch(base: dict[str, Any], world_size: int, cases: list[dict[str, Any]
     import torch.distributed as dist
 
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=dt.timedelta(seconds=60))
-    work.mkdir(parents=True, exist_ok=True)
+    if work.exists():  # progress files of an earlier run would read as this run's results
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
     spec = {**base, "port": store.port, "world_size": world_size, "cases": cases, "work": str(work)}
     procs = _spawn(spec, work, world_size)
     try:

@@ -53,9 +53,9 @@ def _run_case(ctx: Any, case: dict[str, Any], store: Any, timeout: float) -> dic
     from .topology import check_topology
     from .training import check_checkpoint, check_ddp
 
-    dist.init_process_group(ctx.c10d, store=store, rank=ctx.rank, world_size=ctx.world_size,
-                            timeout=dt.timedelta(seconds=timeout))
     try:
+        dist.init_process_group(ctx.c10d, store=store, rank=ctx.rank, world_size=ctx.world_size,
+                                timeout=dt.timedelta(seconds=timeout))
         if case["kind"] != "failure":
             dist.barrier()  # every rank connected before any may leave (a fast refusal must not cut a slow connect)
         match case["kind"]:
