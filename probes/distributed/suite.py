@@ -50,7 +50,7 @@ def merge_case(case: dict[str, Any], records: list[dict[str, Any]], c10d: str) -
         id=case["id"], kind=CaseKind(case["kind"]), c10d_backend=next((r["c10d"] for r in judged if "c10d" in r), c10d),
         world_size=case["world_size"], collective=case.get("collective") or case.get("failure"),
         op=case.get("op"), dtype=case.get("dtype"), async_op=bool(case.get("async_op")), outcome=outcome,
-        path=ExecPath.fallback if staged else ExecPath.native,
+        path=ExecPath.rejected if outcome is DistOutcome.unsupported else (ExecPath.fallback if staged else ExecPath.native),
         seconds=max((r["seconds"] for r in judged if "seconds" in r), default=None),
         detect_seconds=survivor.get("detect_seconds"), timeout_seconds=survivor.get("timeout_seconds"),
         poison_scope=PoisonScope(survivor.get("poison_scope", "none")), error=first_error, evidence=evidence,
