@@ -67,7 +67,8 @@ def run_suite(backend: str, generation: str | None, out: Path, *, world_sizes: t
 
     out.mkdir(parents=True, exist_ok=True)
     adapter = get_adapter(backend, generation=generation)
-    adapter.register()
+    if not callable(getattr(adapter, "prepare_c10d", None)):  # the ranks set the backend up themselves
+        adapter.register()  # a PrivateUse1 package registers its device (and its c10d backend) on import
     c10d = prepare_c10d(adapter)
     base = {"backend": backend, "generation": generation, "pg_timeout": pg_timeout}
     journal = out / "distributed.jsonl"
