@@ -15,6 +15,7 @@ The contract promises a support level; every level up to it must be proven by th
 - levels 3/4: workload requirements judged against the matrix's workload runs
   (:mod:`opmatrix.ci.workloads`); a level 3-7 requirement without them is ``unknown`` and blocks
   when promised; never a silent pass;
+- level 5: distributed requirements, judged case by case (:mod:`opmatrix.ci.distributed`);
 - a promised level without any requirement is ``unknown`` too (a promise needs its evidence);
 - requirements above the promised level are evaluated but informational;
 - gate-level checks: the matrix is for the contract's backend, it holds probed cells and not more
@@ -31,6 +32,7 @@ from opmatrix.schema import Contract, LevelRequirement, Matrix, WorkloadRequirem
 
 from .baseline import compare_cells
 from .cells import CellIndex, CellKey
+from .distributed import distributed_count_check, evaluate_distributed
 from .improvements import find_improvements, improvement_yaml
 from .requirements import claimed_keys, evaluate_check, evaluate_operators
 from .result import (
@@ -97,11 +99,14 @@ def _level_results(
         out.append(
             evaluate_operators(op_req, rid=rid, level=level, blocking=blocking, contract=contract, index=index, book=book)
         )
+    if req.distributed is not None:
+        out.append(evaluate_distributed(req.distributed, rid=f"L{level}.distributed.{_slug(req.distributed.name or 'all')}",
+                                        level=level, blocking=blocking, matrix=matrix))
     for i, workload in enumerate(req.workloads):
         wreq = WorkloadRequirement(names=[workload]) if isinstance(workload, str) else workload
         wid = f"L{level}.workload.{_slug(wreq.name) if wreq.name else i}"
         out += evaluate_workloads(wreq, rid=wid, level=level, blocking=blocking, matrix=matrix)
-    if level > EVALUABLE_LEVEL and not req.workloads:
+    if level > EVALUABLE_LEVEL and not req.workloads and req.distributed is None:
         out.append(
             _unknown(
                 f"L{level}.level", level, "level", f"level {level}: {LEVEL_NAMES[level]}", blocking,
@@ -186,6 +191,8 @@ def _requirement_results(matrix: Matrix, contract: Contract, index: CellIndex, b
     by_level = {req.level: req for req in contract.requirements}
     requirements: list[RequirementResult] = []
     for level in range(0, 8):
+        if contract.judged_levels is not None and level not in contract.judged_levels:
+            continue  # judged by another contract of the release
         req = by_level.get(level)
         if req is not None:
             requirements += _level_results(
@@ -252,8 +259,8 @@ def evaluate_contract(
     requirements = _requirement_results(matrix, contract, index, book)
 
     count = matrix.cell_count()
-    checks = [_identity_check(matrix, contract), _cell_count_check(count, baseline.cell_count() if baseline else None,
-                                                                   contract.min_cells_ratio)]
+    checks = [_identity_check(matrix, contract), distributed_count_check(matrix, contract) or _cell_count_check(
+        count, baseline.cell_count() if baseline else None, contract.min_cells_ratio)]
     regressions: list[BaselineChange] = []
     better: list[BaselineChange] = []
     missing: list[CellRef] = []

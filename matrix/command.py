@@ -170,16 +170,21 @@ def diff(args: argparse.Namespace) -> int:
     """Print the cells better / worse / new / removed from matrix A to matrix B (exit 0)."""
     a, b = load_matrix(args.a), load_matrix(args.b)
     result = diff_matrices(a, b)
+    from .distributed import diff_distributed, render_distributed
     from .workloads import diff_workloads, render_workload_diff
 
-    changes = diff_workloads(a.workloads, b.workloads)
+    changes, dist = diff_workloads(a.workloads, b.workloads), diff_distributed(a, b)
     if args.json:
         import json
 
         data = json.loads(result.to_json())
         if a.workloads or b.workloads:
             data["workloads"] = changes
+        if dist:
+            data["distributed"] = [c.to_dict() for c in dist]
         sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
     else:
-        sys.stdout.write(terminal_text(result.render_table() + render_workload_diff(changes)))
+        text = result.render_table() + render_workload_diff(changes)
+        text += render_distributed(dist) if a.distributed or b.distributed else ""
+        sys.stdout.write(terminal_text(text))
     return 0

@@ -67,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--devices", type=_csv, help="device indices to spread workers over, e.g. 0,1")
     p.add_argument("--shard", help="probe slice I of N, as I/N (1-based)")
     p.add_argument("--out", help="output directory (default out/<backend>[-<generation>])")
+    p.add_argument("--suites", type=_csv, help="comma list of runtime, ops, workloads, distributed (default runtime,ops)")
     p.add_argument("--runtime-only", action="store_true", help="run only the level 0/1 runtime checks")
     p.add_argument("--no-runtime", action="store_true", help="skip the runtime checks")
     p.add_argument("--no-compile", action="store_true", help="skip compile-mode probes (same as --compile off)")
@@ -123,6 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("doctor", help="level 0/1 diagnostics in bring-up order")
     p.add_argument("--backend", required=True)
     p.add_argument("--generation")
+    p.add_argument("--level", type=int, choices=[1, 5], default=1,
+                   help="1: level 0/1 checks (default); 5: also the distributed suite (collectives, DDP, failures)")
     p.add_argument("--json", action="store_true")
 
     from opmatrix.explain import add_parser as add_explain

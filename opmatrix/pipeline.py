@@ -124,6 +124,8 @@ def _report(plan: Any, summary: Any, matrix: Any) -> int:
     if summary.aborted:
         print(f"aborted: {summary.message}", file=sys.stderr)
         return 1
+    if matrix.distributed and any(c.outcome.value in _PROCESS_FAULTS for c in matrix.distributed.cases):
+        return 1
     return 1 if any(faults.get(k) for k in _PROCESS_FAULTS) else 0
 
 
@@ -158,6 +160,10 @@ def probe(args: argparse.Namespace) -> int:
         if summary.interrupted:  # the runner has said how many are recorded and how to resume
             return 130
         matrix = _build(plan, summary)
+        if "distributed" in plan.suites:
+            from opmatrix.probes.distributed.command import attach_distributed
+
+            matrix = attach_distributed(matrix, args, plan.out)
         dump_model(matrix, plan.out / "matrix.yaml", command=plan.command)
     return _report(plan, summary, matrix)
 

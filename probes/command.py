@@ -145,6 +145,7 @@ class ProbePlan:
     shard: tuple[int, int] | None = None
     devices: list[int] | None = None
     run_options: dict[str, Any] = field(default_factory=dict)
+    suites: frozenset[str] = frozenset({"runtime", "ops"})
 
 
 def _check_numbers(args: argparse.Namespace) -> None:
@@ -235,5 +236,5 @@ def plan_probe(args: argparse.Namespace) -> ProbePlan:
     return ProbePlan(
         adapter=adapter, backend_id=_identity(adapter), out=out, command=command, started=started, tasks=tasks,
         planned=tasks if shard is None else _shard_of(tasks, shard), identity=identity, source=source, shard=shard,
-        devices=[int(d) for d in args.devices] if args.devices else None,
+        devices=[int(d) for d in args.devices] if args.devices else None, suites=frozenset(suites),
     )

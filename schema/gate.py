@@ -106,7 +106,7 @@ class CellRef(_Frozen):
             parts.append(f"rank {self.rank}")
         if self.layout is not None:
             parts.append(str(self.layout))
-        if not self.op.startswith("check:"):  # runtime checks have no mode
+        if not self.op.startswith(("check:", "distributed:")):  # runtime checks and distributed cases have no mode  # runtime checks have no mode
             parts.append(str(self.mode))
         if self.conditions:
             parts.append("[" + ", ".join(f"{k}={v}" for k, v in sorted(self.conditions.items())) + "]")

@@ -26,6 +26,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from .base import Model, RankRange
+from .distributed import Distributed
 from .enums import (
     ApiService,
     CheckResult,
@@ -333,6 +334,7 @@ class Matrix(Model):
         default_factory=dict,
         description="units that never ran ('source|dtype unit'), with the reason: not cells, never counted as probed",
     )
+    distributed: Distributed | None = Field(default=None, description="level-5 cases (probe --suites distributed)")
     workloads: WorkloadList = Field(default_factory=list, description="levels 3/4: workload runs (opmatrix probe --suites workloads)")
 
     @field_validator("skipped")

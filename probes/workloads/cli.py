@@ -22,8 +22,6 @@ def _csv(text: str) -> list[str]:
 
 def add_probe_arguments(p: argparse.ArgumentParser) -> None:
     """``--suites``, ``--workloads``, ``--workload-dtypes``, ``--workload-modes``."""
-    p.add_argument("--suites", type=_csv, help="comma list of runtime, ops, workloads (default runtime,ops; "
-                   "--no-runtime / --runtime-only are aliases)")
     p.add_argument("--workloads", help="workloads to run (--suites workloads): all, or a comma list of catalog "
                    "names and pkg.mod:factory (default all)")
     p.add_argument("--workload-dtypes", type=_csv, help="workload dtypes (default float32,bfloat16,float16)")
@@ -38,18 +36,14 @@ def _usage(message: str) -> Exception:
 
 def resolve_suites(args: argparse.Namespace) -> set[str]:
     """The suites to run: ``--suites``, else runtime,ops (plus workloads when --workloads is given)."""
-    given = getattr(args, "suites", None)
-    if given:
-        bad = [s for s in given if s not in SUITES]
-        if bad:
-            raise _usage(f"--suites: unknown suite {bad[0]!r} (choose from {', '.join(SUITES)})")
-        suites = set(given)
-    else:
-        suites = {"runtime", "ops"} | ({"workloads"} if getattr(args, "workloads", None) else set())
-    if getattr(args, "runtime_only", False):
-        suites = {"runtime"}
-    if getattr(args, "no_runtime", False):
-        suites.discard("runtime")
+    from opmatrix.probes.suites import resolve_suites as chosen
+
+    try:
+        suites = chosen(args)
+    except ValueError as exc:
+        raise _usage(str(exc)) from None
+    if not getattr(args, "suites", None) and getattr(args, "workloads", None) and not getattr(args, "runtime_only", False):
+        suites.add("workloads")
     return suites
 
 
