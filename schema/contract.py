@@ -30,6 +30,7 @@ from pydantic import Field, model_validator
 
 from .base import Model, RankRange
 from .enums import DType, ExecPath, FallbackPolicy, FlakyPolicy, Layout, Mode
+from .perf import CompatRequirement, PerfRequirement
 
 __all__ = ["Contract", "LevelRequirement", "OperatorRequirement", "ToleranceOverride", "Waiver", "WaiverMatch"]
 
@@ -66,6 +67,8 @@ class LevelRequirement(Model):
     checks: list[str] = Field(default_factory=list, description="runtime checks by name (levels 0-1)")
     operators: list[OperatorRequirement] = Field(default_factory=list)
     workloads: list[str] = Field(default_factory=list, description="levels 3+: not evaluable yet")
+    perf: PerfRequirement | None = Field(default=None, description="level 6: records vs the baseline's")
+    compat: CompatRequirement | None = Field(default=None, description="level 7: the promised version window")
     description: str | None = None
 
 
