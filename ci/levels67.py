@@ -34,7 +34,7 @@ def _results(
         blocking = req.level <= contract.level
         if req.perf is not None:
             out.append(evaluate_perf(req.perf, rid=f"L{req.level}.perf", level=req.level, blocking=blocking,
-                                     records=records, baseline=baseline))
+                                     records=records, baseline=baseline, backend=contract.backend))
         if req.compat is not None:
             out.append(evaluate_compat(req.compat, rid=f"L{req.level}.compat", level=req.level, blocking=blocking,
                                        report=compat))

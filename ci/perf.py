@@ -98,8 +98,11 @@ def _fallback_reason(rec: PerfRecord, policy: FallbackPolicy) -> str | None:
     return None
 
 
-def _judge(rid: str, rec: PerfRecord, base: PerfRecord | None, req: PerfRequirement) -> CellRef:
+def _judge(rid: str, rec: PerfRecord, base: PerfRecord | None, req: PerfRequirement, backend: str | None) -> CellRef:
     reasons, failed = [], False
+    if backend is not None and rec.backend != backend:
+        reasons.append(f"measured on {rec.backend}, the contract is for {backend}")
+        failed = True
     fallback = _fallback_reason(rec, req.fallback)
     if fallback:
         reasons.append(fallback)
@@ -124,7 +127,7 @@ def _selected(records: dict[str, PerfRecord], patterns: list[str]) -> tuple[list
 
 def evaluate_perf(
     req: PerfRequirement, *, rid: str, level: int, blocking: bool,
-    records: dict[str, PerfRecord] | None, baseline: dict[str, PerfRecord] | None,
+    records: dict[str, PerfRecord] | None, baseline: dict[str, PerfRecord] | None, backend: str | None = None,
 ) -> RequirementResult:
     """Judge the records a level-6 requirement selects against the baseline's records."""
     title = f"performance records {', '.join(req.records)} (max slowdown {req.max_slowdown:.0%})"
@@ -143,7 +146,7 @@ def evaluate_perf(
         return result(Status.failed, f"no record matches {', '.join(unmatched)}: was the benchmark run cut short?")
     if baseline is None and req.baseline_required:
         return result(Status.unknown, "no baseline records (--baseline-records DIR): regressions cannot be judged")
-    cells = [_judge(r, records[r], (baseline or {}).get(r), req) for r in chosen]
+    cells = [_judge(r, records[r], (baseline or {}).get(r), req, backend) for r in chosen]
     gone = sorted(set(_selected(baseline or {}, req.records)[0]) - set(records))
     cells += [CellRef(op=f"perf:{r}", status=CellStatus.failed, reason="in the baseline but no longer measured")
               for r in gone]
