@@ -1,0 +1,143 @@
+"""Level 6: performance records, the noise-aware regression gate, and the refaccel slowdown flag."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import yaml
+
+from opmatrix.ci.perf import compare_records, evaluate_perf, ratio_ci
+from opmatrix.ci.result import CellStatus, Status
+from opmatrix.probes.perf.stats import summarize
+from opmatrix.schema import dump_model, validate_data
+from opmatrix.schema.jsonschema import json_schema_text
+from opmatrix.schema.perf import PerfRecord, PerfRequirement
+
+from .conftest import ROOT, run_cli
+
+#: the words the seed's level 6 requires every published result to name
+SEED_FIELDS = ["warm", "window", "precision", "batch", "driver", "power", "fallback", "compiler", "input"]
+
+
+def _samples(median: float, n: int = 15, spread: float = 0.03, seed: int = 0) -> list[float]:
+    rng = random.Random(seed)
+    return [median * (1 + rng.uniform(-spread, spread)) for _ in range(n)]
+
+
+def _record(samples: list[float], rid: str = "workload.mlp.eager.float32", fallback: str = "not_observed",
+            backend: str = "cpu") -> PerfRecord:
+    s = summarize(samples, 0.95)
+    data = {
+        "kind": "perf-record", "id": rid,
+        "subject": {"kind": "workload", "name": "mlp", "mode": "eager"},
+        "input": {"shapes": [[32, 64]], "dtype": "float32", "generator": "torch.randn", "seed": 0},
+        "precision": "float32", "batch": 32, "concurrency": 1, "backend": backend,
+        "hardware": {"device_type": "cpu", "device_name": "x86_64", "device_count": 1, "host_cpu": "cpu",
+                     "host_cores": 2, "machine": "Linux"},
+        "power_mode": "unknown", "driver": "unknown", "firmware": "unknown", "framework": {"torch": "2.13.0"},
+        "compiler": {"name": "eager", "backend": None, "options": {}}, "threads": 1,
+        "timing": {"clock": "process_cpu", "warmup": 10, "window": 100, "repetitions": len(samples),
+                   "samples_s": samples, "median_s": s["median"], "iqr_s": s["iqr"], "ci_low_s": s["ci_low"],
+                   "ci_high_s": s["ci_high"], "confidence": 0.95, "wall_median_s": s["median"], "synchronized": True},
+        "fallback": {"state": fallback, "ops": ["aten::sort"] if fallback == "observed" else [], "source": "test",
+                     "invalidates_latency": fallback == "observed"},
+        "injected_slowdown": None, "measured_at": "2026-11-30T00:00:00+00:00",
+    }
+    return validate_data(data, PerfRecord, "test record")
+
+
+def test_same_distribution_passes_and_30_percent_slower_is_a_regression_naming_the_interval():
+    req = PerfRequirement(max_slowdown=0.10)
+    base = _record(_samples(1e-4, seed=1))
+    same = _record(_samples(1e-4, seed=2))
+    slow = _record(_samples(1.3e-4, seed=3))
+    assert compare_records(same, base, req)[0] is False
+    regressed, why = compare_records(slow, base, req)
+    assert regressed and "CI [" in why and "regression" in why
+    point, lo, hi = ratio_ci(slow.timing.samples_s, base.timing.samples_s, 0.95)
+    assert 1.2 < lo <= point <= hi < 1.4
+
+
+def test_a_slowdown_whose_interval_straddles_the_threshold_is_noise_not_a_regression():
+    req = PerfRequirement(max_slowdown=0.10)
+    wide = [1e-4 * (0.7 + 0.075 * i) for i in range(9)]  # 0.7 .. 1.3 of the median
+    base = _record(wide)
+    noisy = _record([x * 1.15 for x in reversed(wide)])  # 15% slower, but the spread is +-30%
+    regressed, why = compare_records(noisy, base, req)
+    assert not regressed and "within noise" in why
+
+
+def test_gate_names_the_record_and_fallback_in_the_window_blocks_when_forbidden():
+    base = {"workload.mlp.eager.float32": _record(_samples(1e-4, seed=1))}
+    now = {"workload.mlp.eager.float32": _record(_samples(1e-4, seed=2), fallback="observed")}
+    forbid = evaluate_perf(PerfRequirement(), rid="L6.perf", level=6, blocking=True, records=now, baseline=base)
+    assert forbid.status is Status.failed
+    assert forbid.cells[0].op == "perf:workload.mlp.eager.float32" and "aten::sort" in forbid.cells[0].reason
+    allow = evaluate_perf(PerfRequirement(fallback="allowed"), rid="L6.perf", level=6, blocking=True,
+                          records=now, baseline=base)
+    assert allow.status is Status.passed
+
+
+def test_gate_without_baseline_is_unknown_and_a_vanished_record_fails():
+    now = {"workload.mlp.eager.float32": _record(_samples(1e-4))}
+    r = evaluate_perf(PerfRequirement(), rid="L6.perf", level=6, blocking=True, records=now, baseline=None)
+    assert r.status is Status.unknown
+    base = {**now, "op.mm.eager.float32": _record(_samples(1e-4), rid="op.mm.eager.float32")}
+    r = evaluate_perf(PerfRequirement(), rid="L6.perf", level=6, blocking=True, records=now, baseline=base)
+    assert r.status is Status.failed
+    assert [c.op for c in r.cells if c.status is CellStatus.failed] == ["perf:op.mm.eager.float32"]
+    other = evaluate_perf(PerfRequirement(), rid="L6.perf", level=6, blocking=True, records=now, baseline=now,
+                          backend="refaccel")
+    assert other.status is Status.failed and "the contract is for refaccel" in other.cells[0].reason
+
+
+def test_record_schema_rejects_an_unflagged_fallback_and_is_committed(tmp_path: Path):
+    rec = _record(_samples(1e-4), fallback="observed")
+    data = rec.model_dump(mode="json")
+    data["fallback"]["invalidates_latency"] = False
+    with pytest.raises(Exception, match="invalidates_latency"):
+        validate_data(data, PerfRecord, "bad")
+    dump_model(rec, tmp_path / "r.yaml")
+    assert run_cli("validate", str(tmp_path / "r.yaml")).returncode == 0
+    for kind in ("perfrecord", "compatreport"):
+        assert (ROOT / "schema" / f"{kind}.schema.json").read_text() == json_schema_text(kind), kind
+
+
+def _bench(out: Path, *extra: str, env_backend: str = "cpu") -> None:
+    r = run_cli("bench", "--backend", env_backend, "--modes", "eager", "--repetitions", "11", "--out", str(out), *extra)
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.slow
+def test_bench_rerun_passes_and_an_injected_30_percent_slowdown_blocks(tmp_path: Path):
+    """Real cpu measurements: identical re-run gated against the first passes; --slowdown 1.3 blocks."""
+    for name, extra in (("a", ()), ("b", ()), ("slow", ("--slowdown", "1.3"))):
+        _bench(tmp_path / name, "--workloads", "mlp", "--ops", "mm", *extra)
+    record = (tmp_path / "a" / "workload.mlp.eager.float32.yaml").read_text().lower()
+    assert [w for w in SEED_FIELDS if w not in record] == []
+    assert yaml.safe_load(record)["timing"]["repetitions"] == 11
+    contract = str(ROOT / "ci" / "contracts" / "cpu-perf.yaml")
+    same = run_cli("gate", "--contract", contract, "--records", str(tmp_path / "b"),
+                   "--baseline-records", str(tmp_path / "a"))
+    assert same.returncode == 0, same.stdout
+    slow = run_cli("gate", "--contract", contract, "--records", str(tmp_path / "slow"),
+                   "--baseline-records", str(tmp_path / "a"), "--junit", str(tmp_path / "j.xml"))
+    assert slow.returncode == 1, slow.stdout
+    assert "perf:workload.mlp.eager.float32" in slow.stdout and "CI [" in slow.stdout
+    assert "regression" in (tmp_path / "j.xml").read_text()
+
+
+@pytest.mark.slow
+def test_refaccel_slowed_kernel_is_caught_naming_its_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """OPMATRIX_REFACCEL_SLOWDOWN slows the mm kernel itself; the gate blocks naming op.mm and its interval."""
+    _bench(tmp_path / "a", "--ops", "mm,add", env_backend="refaccel")
+    monkeypatch.setenv("OPMATRIX_REFACCEL_SLOWDOWN", "aten::mm:1.3")
+    _bench(tmp_path / "slow", "--ops", "mm,add", env_backend="refaccel")
+    assert "OPMATRIX_REFACCEL_SLOWDOWN" in (tmp_path / "slow" / "op.mm.eager.float32.yaml").read_text()
+    r = run_cli("gate", "--contract", str(ROOT / "ci" / "contracts" / "refaccel-perf.yaml"), "--records",
+                str(tmp_path / "slow"), "--baseline-records", str(tmp_path / "a"))
+    assert r.returncode == 1, r.stdout
+    blocking = r.stdout.split("blocking", 1)[1]
+    assert "op.mm.eager.float32" in blocking and "CI [" in blocking
