@@ -31,7 +31,7 @@ HANDLERS: dict[str, str] = {
     "doctor": "opmatrix.probes.runtime.command:doctor",
     "schema": "opmatrix.cli:_schema",
     "bench": "opmatrix.probes.perf.command:bench",
-    "compat": "opmatrix.probes.compat.command:compat",
+    "compat": "opmatrix.ci.compatrun:compat",
 }
 
 
