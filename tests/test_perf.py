@@ -8,12 +8,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from opmatrix.ci.compat import evaluate_compat
 from opmatrix.ci.perf import compare_records, evaluate_perf, ratio_ci
 from opmatrix.ci.result import CellStatus, Status
 from opmatrix.probes.perf.stats import summarize
 from opmatrix.schema import dump_model, validate_data
 from opmatrix.schema.jsonschema import json_schema_text
-from opmatrix.schema.perf import PerfRecord, PerfRequirement
+from opmatrix.schema.perf import CompatCheck, CompatReport, CompatRequirement, CompatRun, PerfRecord, PerfRequirement
 
 from .conftest import ROOT, run_cli
 
@@ -141,3 +142,43 @@ def test_refaccel_slowed_kernel_is_caught_naming_its_record(tmp_path: Path, monk
     assert r.returncode == 1, r.stdout
     blocking = r.stdout.split("blocking", 1)[1]
     assert "op.mm.eager.float32" in blocking and "CI [" in blocking
+
+
+def _run(torch: str, cells: dict[str, str], doctor: bool = True) -> CompatRun:
+    checks = [CompatCheck(name=n, ok=ok, seconds=1.0) for n, ok in (("install", True), ("profiler", True),
+                                                                       ("doctor", doctor))]
+    return CompatRun(torch=torch, python="3.11.7", environment="test", checks=checks, cells=cells)
+
+
+def test_compat_blocks_a_worse_path_after_the_upgrade_and_a_missing_version():
+    req = CompatRequirement(torch=["2.9.0", "2.13.0"], python=["3.11"])
+    old = {"aten.mm.default float32 rank 2 contiguous eager": "native/ok", "aten.add.Tensor float32 rank 1": "native/ok"}
+    same = CompatReport(kind="compat-report", backend="cpu", ops=["mm"], measured_at="x",
+                        runs=[_run("2.13.0+cpu", old), _run("2.9.0", old)])
+    assert evaluate_compat(req, rid="L7", level=7, blocking=True, report=same).status is Status.passed
+    worse = {**old, "aten.mm.default float32 rank 2 contiguous eager": "fallback/ok"}
+    report = same.model_copy(update={"runs": [_run("2.9.0", old), _run("2.13.0", worse)]})
+    r = evaluate_compat(req, rid="L7", level=7, blocking=True, report=report)
+    assert r.status is Status.failed
+    assert [c.reason for c in r.cells if c.status is CellStatus.failed] == [
+        "aten.mm.default float32 rank 2 contiguous eager: native/ok -> fallback/ok"]
+    missing = same.model_copy(update={"runs": [_run("2.13.0", old, doctor=False)]})
+    r = evaluate_compat(req, rid="L7", level=7, blocking=True, report=missing)
+    reasons = [c.reason for c in r.cells if c.status is CellStatus.failed]
+    assert any("not run" in x for x in reasons) and any(x.startswith("doctor") for x in reasons)
+    assert evaluate_compat(req, rid="L7", level=7, blocking=True, report=None).status is Status.unknown
+
+
+def test_gate_cli_replaces_the_level_6_unknown_with_the_perf_verdict(tmp_path: Path, example_matrix_path: Path):
+    for name, median in (("base", 1e-4), ("now", 1.3e-4)):
+        (tmp_path / name).mkdir()
+        dump_model(_record(_samples(median, seed=len(name)), backend="refaccel"), tmp_path / name / "r.yaml")
+    contract = tmp_path / "c.yaml"
+    contract.write_text("release: '1'\nbackend: refaccel\nlevel: 2\nrequirements:\n- level: 6\n  perf: {}\n")
+    r = run_cli("gate", "--matrix", str(example_matrix_path), "--contract", str(contract), "--records",
+                str(tmp_path / "now"), "--baseline-records", str(tmp_path / "base"), "--json", "-")
+    ids = {q["id"]: q for q in yaml.safe_load(r.stdout)["requirements"]}
+    assert "L6.level" not in ids and ids["L6.perf"]["status"] == "fail" and not ids["L6.perf"]["blocking"]
+    assert "regression" in ids["L6.perf"]["cells"][0]["reason"]
+    missing = run_cli("gate", "--contract", str(contract))
+    assert missing.returncode == 2 and "--records" in missing.stderr
