@@ -1,6 +1,6 @@
 """Benchmark: false-positive and detection rate of the level-6 performance gate on this machine.
 
-Measures the same subjects ``--runs`` times unchanged and ``--slowed`` times with a deliberate
+Runs the benchmark (``--record-runs`` processes per record) ``--runs`` times unchanged and ``--slowed`` times with a deliberate
 slowdown, each measurement in its own process as ``opmatrix bench`` does, then judges records as
 ``opmatrix gate`` does (:func:`opmatrix.ci.perf.compare_records`):
 
@@ -22,7 +22,7 @@ import os
 import time
 
 from opmatrix.ci.perf import compare_records
-from opmatrix.probes.perf.command import bench_specs, run_spec
+from opmatrix.probes.perf.command import bench_specs, measure_all
 from opmatrix.schema.perf import PerfRecord, PerfRequirement
 
 
@@ -38,13 +38,10 @@ def _measure(args: argparse.Namespace, slowed: bool) -> dict[str, PerfRecord]:
     elif slowed:
         ns.slowdown = args.factor
     try:
-        records = {}
-        for spec in bench_specs(ns):
-            rec, why = run_spec(spec, ns.timeout)
-            if rec is None:
-                raise SystemExit(f"{spec['name']}: {why}")
-            records[rec.id] = rec
-        return records
+        records, failures = measure_all(bench_specs(ns), args.record_runs, ns.timeout)
+        if failures:
+            raise SystemExit("; ".join(failures))
+        return {r.id: r for r in records}
     finally:
         os.environ.pop("OPMATRIX_REFACCEL_SLOWDOWN", None)
         if env_before is not None:
@@ -65,6 +62,7 @@ def main() -> None:
     p.add_argument("--slowed", type=int, default=2, help="runs with the slowdown")
     p.add_argument("--factor", type=float, default=1.3)
     p.add_argument("--repetitions", type=int, default=15)
+    p.add_argument("--record-runs", type=int, default=3, help="processes per record (opmatrix bench --runs)")
     p.add_argument("--thresholds", type=lambda t: [float(x) for x in t.split(",")], default=[0.05, 0.10, 0.15],
                    help="contract thresholds to judge at (max_slowdown)")
     args = p.parse_args()
@@ -72,7 +70,8 @@ def main() -> None:
     plain = [_measure(args, slowed=False) for _ in range(args.runs)]
     slow = [_measure(args, slowed=True) for _ in range(args.slowed)]
     ids = sorted(plain[0])
-    print(f"backend {args.backend}, subjects {', '.join(ids)}, {args.runs} unchanged + {args.slowed} slowed runs "
+    print(f"backend {args.backend}, subjects {', '.join(ids)}, {args.record_runs} processes per record, "
+          f"{args.runs} unchanged + {args.slowed} slowed benchmark runs "
           f"(x{args.factor:g}), {time.monotonic() - t0:.0f} s of measuring")
     for threshold in args.thresholds:
         _rates(args, PerfRequirement(max_slowdown=threshold), plain, slow, ids)

@@ -46,14 +46,21 @@ def load_records(directory: str | Path) -> dict[str, PerfRecord]:
     return records
 
 
-def ratio_ci(now: Sequence[float], before: Sequence[float], confidence: float, seed: int = 0) -> tuple[float, float, float]:
-    """``median(now) / median(before)`` and its percentile-bootstrap interval."""
+def _resample(rng: random.Random, groups: Sequence[Sequence[float]]) -> list[float]:
+    picked = rng.choices(groups, k=len(groups))
+    return [x for g in picked for x in rng.choices(g, k=len(g))]
+
+
+def ratio_ci(
+    now: Sequence[Sequence[float]], before: Sequence[Sequence[float]], confidence: float, seed: int = 0
+) -> tuple[float, float, float]:
+    """``median(now) / median(before)`` and its two-level bootstrap interval (runs, then samples)."""
     rng = random.Random(seed)
     ratios = sorted(
-        statistics.median(rng.choices(now, k=len(now))) / max(statistics.median(rng.choices(before, k=len(before))), 1e-12)
+        statistics.median(_resample(rng, now)) / max(statistics.median(_resample(rng, before)), 1e-12)
         for _ in range(RESAMPLES)
     )
-    point = statistics.median(now) / max(statistics.median(before), 1e-12)
+    point = statistics.median([x for g in now for x in g]) / max(statistics.median([x for g in before for x in g]), 1e-12)
     lo = ratios[int((1 - confidence) / 2 * (RESAMPLES - 1))]
     hi = ratios[int((1 + confidence) / 2 * (RESAMPLES - 1))]
     return point, min(lo, point), max(hi, point)
@@ -77,7 +84,7 @@ def compare_records(now: PerfRecord, before: PerfRecord, req: PerfRequirement) -
     why = _incomparable(now, before)
     if why:
         return True, f"not comparable with the baseline ({why}): re-measure the baseline under the same conditions"
-    point, lo, hi = ratio_ci(now.timing.samples_s, before.timing.samples_s, req.confidence)
+    point, lo, hi = ratio_ci(now.timing.run_groups(), before.timing.run_groups(), req.confidence)
     limit = 1 + req.max_slowdown
     interval = f"{point:.3f}x the baseline's median, {req.confidence:.0%} CI [{lo:.3f}, {hi:.3f}]"
     if lo > limit:

@@ -119,14 +119,17 @@ class Timing(Model):
     """Warm-up, measurement window, repetitions and robust statistics of the per-iteration time.
 
     Each repetition times ``window`` iterations between device synchronisations and contributes one
-    sample (seconds per iteration); ``ci_low_s`` / ``ci_high_s`` bound the median by a bootstrap.
+    sample (seconds per iteration); each run is a separate process. ``ci_low_s`` / ``ci_high_s``
+    bound the median by a two-level bootstrap (runs, then repetitions within a run), so drift
+    between runs widens the interval.
     """
 
     clock: Clock
     warmup: int = Field(ge=0, description="untimed iterations before the first window")
     window: int = Field(ge=1, description="iterations per timed repetition")
-    repetitions: int = Field(ge=1)
-    samples_s: list[float] = Field(min_length=1)
+    repetitions: int = Field(ge=1, description="timed windows per run")
+    runs: int = Field(ge=1, description="separate processes, spread over the benchmark's duration")
+    samples_s: list[float] = Field(min_length=1, description="run after run, repetitions each")
     median_s: float = Field(ge=0)
     iqr_s: float = Field(ge=0)
     ci_low_s: float = Field(ge=0)
@@ -135,10 +138,17 @@ class Timing(Model):
     wall_median_s: float = Field(ge=0, description="host wall time per iteration, for reference")
     synchronized: bool = Field(description="the device was synchronised before and after every window")
 
+    def run_groups(self) -> list[list[float]]:
+        """The samples of each run."""
+        n = self.repetitions
+        return [self.samples_s[i * n:(i + 1) * n] for i in range(self.runs)]
+
     @model_validator(mode="after")
     def _consistent(self) -> Timing:
-        if len(self.samples_s) != self.repetitions:
-            raise ValueError(f"{len(self.samples_s)} samples for {self.repetitions} repetitions; they must match")
+        if len(self.samples_s) != self.repetitions * self.runs:
+            raise ValueError(
+                f"{len(self.samples_s)} samples for {self.runs} runs x {self.repetitions} repetitions; they must match"
+            )
         if not self.ci_low_s <= self.median_s <= self.ci_high_s:
             raise ValueError("the median lies outside its confidence interval; recompute the statistics")
         return self

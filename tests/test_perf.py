@@ -29,7 +29,7 @@ def _samples(median: float, n: int = 15, spread: float = 0.03, seed: int = 0) ->
 
 def _record(samples: list[float], rid: str = "workload.mlp.eager.float32", fallback: str = "not_observed",
             backend: str = "cpu") -> PerfRecord:
-    s = summarize(samples, 0.95)
+    s = summarize([samples], 0.95)
     data = {
         "kind": "perf-record", "id": rid,
         "subject": {"kind": "workload", "name": "mlp", "mode": "eager"},
@@ -39,7 +39,7 @@ def _record(samples: list[float], rid: str = "workload.mlp.eager.float32", fallb
                      "host_cores": 2, "machine": "Linux"},
         "power_mode": "unknown", "driver": "unknown", "firmware": "unknown", "framework": {"torch": "2.13.0"},
         "compiler": {"name": "eager", "backend": None, "options": {}}, "threads": 1,
-        "timing": {"clock": "process_cpu", "warmup": 10, "window": 100, "repetitions": len(samples),
+        "timing": {"clock": "process_cpu", "warmup": 10, "window": 100, "repetitions": len(samples), "runs": 1,
                    "samples_s": samples, "median_s": s["median"], "iqr_s": s["iqr"], "ci_low_s": s["ci_low"],
                    "ci_high_s": s["ci_high"], "confidence": 0.95, "wall_median_s": s["median"], "synchronized": True},
         "fallback": {"state": fallback, "ops": ["aten::sort"] if fallback == "observed" else [], "source": "test",
@@ -57,7 +57,7 @@ def test_same_distribution_passes_and_30_percent_slower_is_a_regression_naming_t
     assert compare_records(same, base, req)[0] is False
     regressed, why = compare_records(slow, base, req)
     assert regressed and "CI [" in why and "regression" in why
-    point, lo, hi = ratio_ci(slow.timing.samples_s, base.timing.samples_s, 0.95)
+    point, lo, hi = ratio_ci([slow.timing.samples_s], [base.timing.samples_s], 0.95)
     assert 1.2 < lo <= point <= hi < 1.4
 
 
@@ -182,3 +182,13 @@ def test_gate_cli_replaces_the_level_6_unknown_with_the_perf_verdict(tmp_path: P
     assert "regression" in ids["L6.perf"]["cells"][0]["reason"]
     missing = run_cli("gate", "--contract", str(contract))
     assert missing.returncode == 2 and "--records" in missing.stderr
+
+
+def test_drift_between_runs_widens_the_interval_instead_of_blocking():
+    """Two builds measured while the machine's load changed between runs: not a regression."""
+    runs = [_samples(m, seed=i) for i, m in enumerate((1e-4, 1.15e-4, 1.3e-4))]
+    base, now = runs[:2], runs[1:]  # now's runs are each one load step slower than base's
+    point, lo, hi = ratio_ci(now, base, 0.95)
+    assert lo < 1.10 < point
+    _, flat_lo, _ = ratio_ci([[x for g in now for x in g]], [[x for g in base for x in g]], 0.95)
+    assert lo < flat_lo - 0.02  # pooling the runs would hide the drift in a narrower interval

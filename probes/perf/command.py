@@ -24,7 +24,7 @@ from opmatrix.schema.perf import PerfRecord
 
 from .worker import MARK
 
-__all__ = ["bench", "bench_specs", "run_spec"]
+__all__ = ["bench", "bench_specs", "measure_all", "merge_runs", "run_spec"]
 
 DEFAULT_WORKLOADS = ("mlp", "cnn")
 DEFAULT_OPS = ("add", "mm", "softmax")
@@ -77,28 +77,68 @@ def run_spec(spec: dict[str, Any], timeout: float) -> tuple[PerfRecord | None, s
     return validate_data(json.loads(line[len(MARK):]), PerfRecord, f"record of {spec['name']}"), ""
 
 
+def merge_runs(runs: list[PerfRecord]) -> PerfRecord:
+    """One record from the records of separate runs of the same subject (samples run after run)."""
+    from .stats import summarize
+    from .worker import CONFIDENCE
+
+    first = runs[0]
+    groups = [r.timing.samples_s for r in runs]
+    stats = summarize(groups, CONFIDENCE)
+    walls = sorted(r.timing.wall_median_s for r in runs)
+    timing = first.timing.model_copy(update={
+        "runs": len(runs), "samples_s": [x for g in groups for x in g], "median_s": stats["median"],
+        "iqr_s": stats["iqr"], "ci_low_s": stats["ci_low"], "ci_high_s": stats["ci_high"],
+        "wall_median_s": walls[len(walls) // 2],
+    })
+    seen = [r.fallback for r in runs]
+    observed = [f for f in seen if f.invalidates_latency]
+    fallback = observed[0].model_copy(update={"ops": sorted({o for f in observed for o in f.ops})}) if observed \
+        else next((f for f in seen if f.state.value == "unknown"), seen[0])
+    data = first.model_dump(mode="json")
+    data.update(timing=timing.model_dump(mode="json"), fallback=fallback.model_dump(mode="json"))
+    return validate_data(data, PerfRecord, f"merged record {first.id}")
+
+
 def _line(rec: PerfRecord) -> str:
     t = rec.timing
     flag = "  FALLBACK OBSERVED (latency invalid)" if rec.fallback.invalidates_latency else ""
     return (f"{rec.id}: median {t.median_s * 1e3:.4f} ms/iter [{t.ci_low_s * 1e3:.4f}, {t.ci_high_s * 1e3:.4f}] "
-            f"({t.clock}, {t.repetitions}x{t.window}, IQR {t.iqr_s * 1e3:.4f} ms){flag}")
+            f"({t.clock}, {t.runs} runs x {t.repetitions} x {t.window} iterations, IQR {t.iqr_s * 1e3:.4f} ms){flag}")
+
+
+def measure_all(specs: list[dict[str, Any]], runs: int, timeout: float) -> tuple[list[PerfRecord], list[str]]:
+    """Every spec ``runs`` times (run k of every subject before run k+1 of any), merged per subject."""
+    done: dict[int, list[PerfRecord]] = {}
+    failed: dict[int, str] = {}
+    for _ in range(runs):
+        for i, spec in enumerate(specs):
+            if i in failed:
+                continue
+            window = {"window": done[i][0].timing.window} if done.get(i) else {}
+            rec, why = run_spec({**spec, **window}, timeout)
+            if rec is None:
+                failed[i] = f"{spec['kind']}.{spec['name']}.{spec['mode']}: no record: {why}"
+            else:
+                done.setdefault(i, []).append(rec)
+    merged = [merge_runs(done[i]) for i in sorted(done) if i not in failed]
+    return merged, list(failed.values())
 
 
 def bench(args: argparse.Namespace) -> int:
     """Run ``opmatrix bench``; 0 when every subject produced a record, 1 otherwise."""
     specs = bench_specs(args)
+    if args.runs < 1:
+        raise UsageError(f"opmatrix bench: --runs {args.runs} must be at least 1")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    failed = 0
     command = "opmatrix bench " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "opmatrix bench"
-    for spec in specs:
-        t0 = time.monotonic()
-        rec, why = run_spec(spec, args.timeout)
-        if rec is None:
-            failed += 1
-            print(f"{spec['kind']}.{spec['name']}.{spec['mode']}: no record: {why}", file=sys.stderr)
-            continue
+    t0 = time.monotonic()
+    records, failures = measure_all(specs, args.runs, args.timeout)
+    for rec in records:
         dump_model(rec, out / f"{rec.id}.yaml", command=command)
-        print(f"{_line(rec)}  [{time.monotonic() - t0:.1f} s]")
-    print(f"{len(specs) - failed}/{len(specs)} records in {out}")
-    return 1 if failed else 0
+        print(_line(rec))
+    for why in failures:
+        print(why, file=sys.stderr)
+    print(f"{len(records)}/{len(specs)} records in {out} ({time.monotonic() - t0:.0f} s)")
+    return 1 if failures else 0

@@ -31,6 +31,7 @@ class Plan:
     target_window_s: float = 0.02
     max_window: int = 2000
     slowdown: float = 1.0
+    window: int | None = None  # fixed window (later runs reuse the first run's), else calibrated
 
 
 @dataclass
@@ -70,8 +71,10 @@ def time_windows(step: Callable[[], Any], adapter: Any, plan: Plan, clock: Clock
     now = clock_fn(clock)
     for _ in range(plan.warmup):
         step()
-    one, _ = _window(step, adapter, 1, now, 1.0)
-    window = max(1, min(plan.max_window, math.ceil(plan.target_window_s / max(one, 1e-7))))
+    window = plan.window
+    if window is None:
+        one, _ = _window(step, adapter, 1, now, 1.0)
+        window = max(1, min(plan.max_window, math.ceil(plan.target_window_s / max(one, 1e-7))))
     timed = Timed(window=window)
     with adapter.observe_fallback() as seen:
         for _ in range(plan.repetitions):

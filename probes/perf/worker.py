@@ -80,10 +80,10 @@ def measure_spec(spec: dict[str, Any]) -> dict[str, Any]:
     step, fields = _subject(adapter, spec, dtype)
     clock = Clock.process_cpu if adapter.name in HOST_EXECUTED else Clock.wall
     plan = Plan(warmup=spec["warmup"], repetitions=spec["repetitions"], target_window_s=spec["target_window_s"],
-                slowdown=spec["slowdown"])
+                slowdown=spec["slowdown"], window=spec.get("window"))
     started = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
     timed = time_windows(step, adapter, plan, clock)
-    stats = summarize(timed.samples, CONFIDENCE)
+    stats = summarize([timed.samples], CONFIDENCE)
     seen = timed.fallback
     mode = fields["subject"]["mode"]
     return {
@@ -99,6 +99,7 @@ def measure_spec(spec: dict[str, Any]) -> dict[str, Any]:
         "threads": torch.get_num_threads(),
         "timing": {
             "clock": clock.value, "warmup": plan.warmup, "window": timed.window, "repetitions": plan.repetitions,
+            "runs": 1,
             "samples_s": timed.samples, "median_s": stats["median"], "iqr_s": stats["iqr"],
             "ci_low_s": stats["ci_low"], "ci_high_s": stats["ci_high"], "confidence": CONFIDENCE,
             "wall_median_s": sorted(timed.wall)[len(timed.wall) // 2], "synchronized": True,
