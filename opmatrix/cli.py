@@ -31,6 +31,8 @@ HANDLERS: dict[str, str] = {
     "doctor": "opmatrix.probes.runtime.command:doctor",
     "schema": "opmatrix.cli:_schema",
     "explain": "opmatrix.explain:command",
+    "bench": "opmatrix.probes.perf.command:bench",
+    "compat": "opmatrix.ci.compatrun:compat",
 }
 
 
@@ -108,13 +110,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="write into a non-empty --out that opmatrix did not make")
 
     p = sub.add_parser("gate", help="release gate: exit 0 pass, 1 blocked, 2 invalid input")
-    p.add_argument("--matrix", required=True)
+    p.add_argument("--matrix", help="the release's matrix (may be omitted when --records / --compat are given)")
     p.add_argument("--contract", required=True)
     p.add_argument("--baseline", help="previous release's matrix")
     p.add_argument("--junit", metavar="FILE", help="write JUnit XML")
     p.add_argument("--summary", metavar="FILE", help="write a markdown summary")
     p.add_argument("--json", metavar="FILE", nargs="?", const="-", help="write the result as JSON (- = stdout)")
     p.add_argument("--today", help="evaluate waiver expiry as of this date (YYYY-MM-DD)")
+    p.add_argument("--records", metavar="DIR", help="level 6: performance records of this release (opmatrix bench)")
+    p.add_argument("--baseline-records", metavar="DIR", help="level 6: the previous release's performance records")
+    p.add_argument("--compat", metavar="FILE", help="level 7: compat report (opmatrix compat)")
 
     p = sub.add_parser("diff", help="cells better / worse / new / removed between two matrices")
     p.add_argument("a", metavar="A")
@@ -131,10 +136,37 @@ def build_parser() -> argparse.ArgumentParser:
     from opmatrix.explain import add_parser as add_explain
 
     add_explain(sub)
+    _add_perf_parsers(sub)
 
     p = sub.add_parser("schema", help="print the JSON Schema of an artifact")
-    p.add_argument("kind", choices=["matrix", "contract"])
+    p.add_argument("kind", choices=["matrix", "contract", "perfrecord", "compatreport"])
     return parser
+
+
+def _add_perf_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("bench", help="level 6: measure workloads and hot ops -> DIR/*.yaml performance records")
+    p.add_argument("--backend", required=True)
+    p.add_argument("--generation")
+    p.add_argument("--workloads", type=_csv, help="comma-separated workloads (default mlp,cnn unless --ops)")
+    p.add_argument("--ops", type=_csv, help="comma-separated hot operators, e.g. add,mm")
+    p.add_argument("--modes", type=_csv, default=["eager", "compile"], help="workload modes (default eager,compile)")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--warmup", type=int, default=10, help="untimed iterations before measuring")
+    p.add_argument("--repetitions", type=int, default=15, help="timed windows per run")
+    p.add_argument("--runs", type=int, default=3, help="separate processes per subject, interleaved (default 3)")
+    p.add_argument("--window-ms", type=float, default=20.0, help="target duration of one timed window")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1: reproducible)")
+    p.add_argument("--timeout", type=float, default=600.0, help="deadline per measured subject in seconds")
+    p.add_argument("--slowdown", type=float, default=1.0, help="testing: make every window this much slower")
+    p.add_argument("--out", required=True, help="output directory")
+
+    p = sub.add_parser("compat", help="level 7: probe the op set under each promised torch version")
+    p.add_argument("--backend", default="cpu")
+    p.add_argument("--torch", type=_csv, required=True, help="torch versions, e.g. 2.9.0,2.13.0")
+    p.add_argument("--ops", type=_csv, default=["add", "mul", "mm", "softmax"])
+    p.add_argument("--timeout", type=float, default=600.0)
+    p.add_argument("--out", required=True, help="output directory (compat.yaml, one matrix per version)")
 
 
 def _validate(args: argparse.Namespace) -> int:

@@ -31,6 +31,7 @@ from pydantic import Field, model_validator
 from .base import Model, RankRange
 from .distributed import DistributedRequirement
 from .enums import DType, ExecPath, FallbackPolicy, FlakyPolicy, Layout, Mode
+from .perf import CompatRequirement, PerfRequirement
 from .workloads import WorkloadRequirement
 
 __all__ = ["Contract", "LevelRequirement", "OperatorRequirement", "ToleranceOverride", "Waiver", "WaiverMatch"]
@@ -71,6 +72,8 @@ class LevelRequirement(Model):
         default_factory=list, description="levels 3/4: workload requirements (a bare name: it must run, eager float32)"
     )
     distributed: DistributedRequirement | None = Field(default=None, description="level 5: distributed cases")
+    perf: PerfRequirement | None = Field(default=None, description="level 6: records vs the baseline's")
+    compat: CompatRequirement | None = Field(default=None, description="level 7: the promised version window")
     description: str | None = None
 
 

@@ -27,8 +27,12 @@ from .contract import Contract
 from .files import write_text_atomic
 from .lines import LineIndex
 from .matrix import Matrix
+from .perf import CompatReport, PerfRecord
 from .sidecar import load_cached
 from .yamlload import HAVE_LIBYAML, ArtifactError, loads_yaml
+
+#: artifacts that name their kind in a top-level ``kind`` field
+_KINDS: dict[str, type[BaseModel]] = {"perf-record": PerfRecord, "compat-report": CompatReport}
 
 __all__ = [
     "UsageError",
@@ -196,6 +200,8 @@ def kind_of(data: Any) -> type[BaseModel] | None:
     """Which artifact a parsed document is: a matrix has ``operators``, a contract ``level``."""
     if not isinstance(data, dict):
         return None
+    if data.get("kind") in _KINDS:
+        return _KINDS[data["kind"]]
     if "operators" in data or "backend" in data and isinstance(data.get("backend"), dict):
         return Matrix
     if "level" in data or "requirements" in data or "release" in data:
