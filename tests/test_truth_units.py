@@ -3,8 +3,14 @@ of poison, overloads resolved per rank and dtype, and which units a fault rules 
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -101,3 +107,31 @@ def test_skip_rest_keeps_units_before_the_last_fault() -> None:
 
 def test_fault_budget_grows_with_units() -> None:
     assert fault_budget(0) == 3 and fault_budget(100) >= 9  # 100 units with 8 bad inputs: 92 recorded
+
+
+_G1_WHERE = """
+import json
+from opmatrix.backend.registry import get_adapter
+from opmatrix.probes.ops.engine import probe_task
+adapter = get_adapter("refaccel", "g1")
+adapter.setup()
+out = {}
+for dtype in ("int64", "int32"):
+    rec = probe_task(adapter, "where", dtype, options={"layouts": ["contiguous"], "compile": "off"})
+    out[dtype] = sorted({(c.result.path.value, c.result.fallback.state.value, c.result.fallback.copies_per_call or 0)
+                         for c in rec.cells})
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_refaccel_g1_where_int64_falls_back_inside_its_kernel(tmp_path: Path) -> None:
+    """g1's where kernel copies int64 inputs to the host: registered, counter silent, observed
+    by the call tree as fallback with its copies; int32 stays native."""
+    env = {**os.environ, "OPMATRIX_CACHE_DIR": str(tmp_path), "KINETO_LOG_LEVEL": "6"}
+    proc = subprocess.run([sys.executable, "-c", _G1_WHERE], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["int64"] and all(path == "fallback" and state == "observed" and copies >= 3
+                                for path, state, copies in got["int64"]), got
+    assert got["int32"] and all(path == "native" and state == "not_observed" for path, state, _ in got["int32"]), got
