@@ -73,7 +73,7 @@ def get_adapter(spec: str, generation: str | None = None, device_index: int = 0)
             cause = exc.__cause__ or exc.__context__
             because = f" (caused by {type(cause).__name__}: {cause})" if cause is not None else ""
             raise UnknownBackend(
-                f"--backend {spec!r}: importing {module_name!r} raised {type(exc).__name__}: {exc}{because}"
+                f"--backend {spec!r}: cannot import {module_name!r}: {type(exc).__name__}: {exc}{because}"
             ) from exc
         try:
             factory = getattr(plugin, attr)

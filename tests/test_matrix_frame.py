@@ -30,7 +30,7 @@ def test_one_row_per_cell_and_condition_group():
 def test_coverage_counts_paths_per_dtype_and_pivots_the_worst_path():
     cov = _matrix().coverage()
     assert cov.by_dtype.loc["float32"].to_dict() == {
-        "native": 4, "composite": 12, "decomposed": 0, "fallback": 2, "rejected": 0}
+        "native": 4, "composite": 12, "decomposed": 0, "fallback": 2, "rejected": 0, "unknown": 0}
     assert list(cov.by_dtype.index) == ["float64", "float32", "bfloat16"]
     assert cov.pivot.loc["aten.add.Tensor"].dropna().to_dict() == {"float32": "fallback", "bfloat16": "native"}
     assert cov.pivot.isna().loc["aten.add.Tensor", "float64"]  # not probed: empty, never a path

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from opmatrix.probes.ops import task_id
-from opmatrix.schema import Autograd, ErrorInfo, ExecPath, Layout, Mode, Outcome, TaskRecord
+from opmatrix.schema import Autograd, ErrorInfo, ExecPath, FallbackState, Layout, Mode, Outcome, TaskRecord
 
 from . import observe
 from .backward import differentiable, probe_backward
@@ -79,7 +79,11 @@ def probe_eager(st: EngineState, entry: OpEntry, unit: Unit, dtype: torch.dtype,
     uid = f"{unit.index}/{unit.layout.value}/eager"
     # the leaf ops (a dispatch mode) only matter for composites; the call tree is always recorded
     record = not observe.registration(observe.qualified(unit.overload), st.adapter.dispatch_key).backend
-    dc = run_device(st, fn, device_values(unit, st.adapter.device()), record)
+    key = (unit.overload, dtype, unit.rank, unit.layout, tuple(sorted(unit.features.items())))
+    dc = run_device(st, fn, device_values(unit, st.adapter.device()), record, profile=st.wants_trace(key))
+    st.counter = st.counter or dc.seen.state is not FallbackState.unknown
+    if dc.observed.state is FallbackState.observed:
+        st.traced[key] = -10**6  # fallback seen here: keep measuring its transfers
     if dc.error is not None:
         _failed(st, unit, uid, dc, result, str(dtype).removeprefix("torch."))
         if ref is None:

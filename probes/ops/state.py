@@ -52,6 +52,19 @@ class EngineState:
     ops: dict[str, OpEntry]
     overloads: observe.OverloadCache = field(default_factory=observe.OverloadCache)
     backend_fallback: bool = False
+    #: whether the adapter has a fallback counter of its own (learned from its first call)
+    counter: bool = False
+    #: profiled calls per cell key (see :func:`wants_trace`)
+    traced: dict[Any, int] = field(default_factory=dict)
+
+    def wants_trace(self, key: Any, per_cell: int = 2) -> bool:
+        """Whether to profile this call: always without an adapter counter; with one, the first
+        ``per_cell`` calls of each cell key (the counter then covers the rest, cross-checked)."""
+        if not self.counter:
+            return True
+        done = self.traced.get(key, 0)
+        self.traced[key] = done + 1
+        return done < per_cell
 
 
 def engine_state(ctx: Any) -> EngineState:
