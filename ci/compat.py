@@ -6,7 +6,7 @@ cell may get a worse path or outcome: "a supported model retains a maintained ex
 after a framework upgrade"::
 
     result = evaluate_compat(req, rid="L7.compat", level=7, blocking=True, report=load_compat("out/compat/compat.yaml"))
-    result.cells[-1].line()   # "compat:torch 2.9.0 -> 2.13.0 eager: aten.mm.default float32 rank 2 ...: native/ok -> fallback/ok"
+    result.cells[-1].line()   # "check:compat torch 2.9.0 -> 2.13.0: aten.mm.default float32 rank 2 ...: native/ok -> fallback/ok"
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def worse_cells(older: CompatRun, newer: CompatRun) -> list[str]:
 
 
 def _run_cell(version: str, run: CompatRun | None, req: CompatRequirement) -> CellRef:
-    op = f"compat:torch {version}"
+    op = f"check:compat torch {version}"
     if run is None:
         return CellRef(op=op, status=CellStatus.failed, reason="promised but not run (no environment with it)")
     if run.error:
@@ -82,13 +82,13 @@ def evaluate_compat(
         runs = {v: _find(report, v) for v in req.torch}
         cells = [_run_cell(v, r, req) for v, r in runs.items()]
         tried = {".".join(r.python.split(".")[:2]) for r in report.runs}
-        cells += [CellRef(op=f"compat:python {p}", status=CellStatus.failed, reason="promised but no run used it")
+        cells += [CellRef(op=f"check:compat python {p}", status=CellStatus.failed, reason="promised but no run used it")
                   for p in req.python if p not in tried]
         ordered = sorted((r for r in runs.values() if r is not None and not r.error), key=lambda r: _version_key(r.torch))
         for older, newer in zip(ordered, ordered[1:], strict=False):
             worse = worse_cells(older, newer)
             cells.append(CellRef(
-                op=f"compat:torch {older.torch} -> {newer.torch}",
+                op=f"check:compat torch {older.torch} -> {newer.torch}",
                 status=CellStatus.failed if worse else CellStatus.passed,
                 reason="; ".join(worse[:20]) or f"no cell worse after the upgrade ({len(older.cells)} compared)",
             ))

@@ -86,7 +86,7 @@ def time_windows(step: Callable[[], Any], adapter: Any, plan: Plan, clock: Clock
 
 
 def workload_step(adapter: Any, name: str, mode: str, dtype: Any, seed: int) -> tuple[Callable[[], Any], Any]:
-    """A no-grad forward pass of workload ``name`` on the device, and the workload."""
+    """A no-grad forward pass (or the workload's own ``run``) of workload ``name`` on the device."""
     import torch
 
     from opmatrix.probes.workloads.catalog import build
@@ -97,9 +97,11 @@ def workload_step(adapter: Any, name: str, mode: str, dtype: Any, seed: int) -> 
     inputs = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in wl.inputs)
     fn = torch.compile(model, backend=adapter.compile_backend()) if mode == "compile" else model
 
+    run = getattr(wl, "run", None)  # e.g. token generation instead of one forward pass
+
     def step() -> Any:
         with torch.no_grad():
-            return fn(*inputs)
+            return run(fn, *inputs) if run is not None else fn(*inputs)
 
     return step, wl
 
