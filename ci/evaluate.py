@@ -31,7 +31,7 @@ from opmatrix.schema import Contract, LevelRequirement, Matrix
 
 from .baseline import compare_cells
 from .cells import CellIndex, CellKey
-from .distributed import distributed_count_check, evaluate_distributed
+from .distributed import distributed_baseline_check, distributed_count_check, evaluate_distributed
 from .improvements import find_improvements, improvement_yaml
 from .requirements import claimed_keys, evaluate_check, evaluate_operators
 from .result import (
@@ -231,6 +231,9 @@ def evaluate_contract(
             )
         )
 
+    dist_check = distributed_baseline_check(matrix, baseline) if baseline is not None else None
+    if dist_check is not None:
+        checks.append(dist_check)
     waivers = book.reports()
     expired = [w for w in waivers if w.state is WaiverState.expired]
     checks.append(
