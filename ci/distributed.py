@@ -74,8 +74,8 @@ def evaluate_distributed(req: DistributedRequirement, *, rid: str, level: int, b
     cells = []
     for case_id, _what in required_case_ids(req):
         case = section.case(case_id) if section is not None else None
-        status, reason = _judge(case, case_id, req)
-        cells.append(CellRef(op=PREFIX + case_id, status=status, reason=reason,
+        cell_status, reason = _judge(case, case_id, req)
+        cells.append(CellRef(op=PREFIX + case_id, status=cell_status, reason=reason,
                              dtype=case.dtype if case is not None else None))
     failed = [c for c in cells if c.status is CellStatus.failed]
     backend = section.c10d_backend if section is not None else "no distributed section"
