@@ -23,7 +23,7 @@ from opmatrix.schema.distributed import DistCase, DistOutcome, DistributedRequir
 
 from .result import CellRef, CellStatus, GateCheck, RequirementResult, Status
 
-__all__ = ["distributed_count_check", "evaluate_distributed", "required_case_ids"]
+__all__ = ["distributed_baseline_check", "distributed_count_check", "evaluate_distributed", "required_case_ids"]
 
 PREFIX = "distributed:"
 
@@ -74,8 +74,8 @@ def evaluate_distributed(req: DistributedRequirement, *, rid: str, level: int, b
     cells = []
     for case_id, _what in required_case_ids(req):
         case = section.case(case_id) if section is not None else None
-        status, reason = _judge(case, case_id, req)
-        cells.append(CellRef(op=PREFIX + case_id, status=status, reason=reason,
+        cell_status, reason = _judge(case, case_id, req)
+        cells.append(CellRef(op=PREFIX + case_id, status=cell_status, reason=reason,
                              dtype=case.dtype if case is not None else None))
     failed = [c for c in cells if c.status is CellStatus.failed]
     backend = section.c10d_backend if section is not None else "no distributed section"
@@ -100,3 +100,21 @@ def distributed_count_check(matrix: Matrix, contract: Contract) -> GateCheck | N
         return None
     return GateCheck(name="cell count", status=Status.passed,
                      message=f"0 operator cells (none required); {len(matrix.distributed.cases)} distributed cases")
+
+
+def distributed_baseline_check(matrix: Matrix, baseline: Matrix) -> GateCheck | None:
+    """Distributed cases worse than in the previous release's matrix block (None when neither has any)."""
+    from opmatrix.matrix.distributed import diff_distributed
+
+    if baseline.distributed is None and matrix.distributed is None:
+        return None
+    changes = diff_distributed(baseline, matrix)
+    worse = [c for c in changes if c.kind == "worse"]
+    gone = sum(c.kind == "removed" for c in changes)  # like cells, cases no longer probed are reported, not judged
+    if not worse:
+        return GateCheck(name="distributed baseline", status=Status.passed,
+                         message=f"no distributed case got worse ({gone} no longer probed)")
+    listed = "; ".join(f"{c.case}: {c.before} -> {c.after}" for c in worse[:10])
+    more = f" ... and {len(worse) - 10} more" if len(worse) > 10 else ""
+    return GateCheck(name="distributed baseline", status=Status.failed,
+                     message=f"{len(worse)} distributed cases worse than the baseline: {listed}{more}")

@@ -32,7 +32,7 @@ from opmatrix.schema import Contract, LevelRequirement, Matrix, WorkloadRequirem
 
 from .baseline import compare_cells
 from .cells import CellIndex, CellKey
-from .distributed import distributed_count_check, evaluate_distributed
+from .distributed import distributed_baseline_check, distributed_count_check, evaluate_distributed
 from .improvements import find_improvements, improvement_yaml
 from .requirements import claimed_keys, evaluate_check, evaluate_operators
 from .result import (
@@ -267,6 +267,9 @@ def evaluate_contract(
     if baseline is not None:
         check, regressions, better, missing = _baseline_check(baseline, index, contract, book)
         checks.append(check)
+        dist_check = distributed_baseline_check(matrix, baseline)
+        if dist_check is not None:
+            checks.append(dist_check)
     waivers = book.reports()
     checks.append(_waiver_check(waivers))
 

@@ -131,6 +131,17 @@ class TestGate:
         assert any(r.kind == "distributed" and r.status.value == "unknown" for r in none.requirements)
 
 
+    def test_baseline_regression_blocks(self) -> None:
+        """A case that passed in the baseline and is unsupported now blocks, named in the gate output."""
+        contract = load_contract(CONTRACTS / "refaccel-g2-distributed.yaml")
+        before = _matrix([_case(cid) for cid in _ids()] + [_case("all_reduce.avg.float32.sync.w2")])
+        after = _matrix([_case(cid) for cid in _ids()] + [_case("all_reduce.avg.float32.sync.w2", "unsupported")])
+        result = evaluate_contract(after, contract, baseline=before, today=TODAY)
+        assert result.verdict.value == "blocked"
+        assert any(line.startswith("distributed baseline:") and "all_reduce.avg.float32.sync.w2" in line
+                   for line in result.blocking)
+
+
 class TestDiffAndSite:
     def test_diff_lists_worse_better_new_removed(self, tmp_path: Path) -> None:
         """``opmatrix diff`` reports a case that regressed, one that improved, one new and one removed."""

@@ -88,59 +88,59 @@ class StagedProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
     """A process group for refaccel tensors whose collectives run on host copies over gloo."""
 
     def __init__(self, store: Any, rank: int, size: int, timeout: dt.timedelta):
-        super().__init__(rank, size)
-        self._gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
+        super().__init__(rank, size)  # type: ignore[call-arg]  # the (rank, size) constructor of Python groups
+        self._gloo: Any = dist.ProcessGroupGloo(store, rank, size, timeout)
         # c10d keeps a group's name on its backends: host tensors go to gloo directly
         self._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, self._gloo)
 
     def getBackendName(self) -> str:  # noqa: N802 - c10d's name
         return NAME
 
-    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:  # type: ignore[override]
         host = _host(tensors, "all_reduce")
         return _StagedWork(self._gloo.allreduce(host, opts), _back(list(zip(tensors, host, strict=True))), tensors)
 
-    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:  # type: ignore[override]
         host = _host(tensors, "broadcast")
         return _StagedWork(self._gloo.broadcast(host, opts), _back(list(zip(tensors, host, strict=True))), tensors)
 
-    def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> Any:
+    def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> Any:  # type: ignore[override]
         host_in = _host(inputs, "all_gather")
         host_out = [[o.cpu() for o in outs] for outs in outputs]
         pairs = [(d, h) for outs, houts in zip(outputs, host_out, strict=True) for d, h in zip(outs, houts, strict=True)]
         return _StagedWork(self._gloo.allgather(host_out, host_in, opts), _back(pairs))
 
-    def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any = None) -> Any:
+    def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any = None) -> Any:  # type: ignore[override]
         host_in = [_host(ins, "reduce_scatter") for ins in inputs]
         host_out = [o.cpu() for o in outputs]
         return _StagedWork(self._gloo.reduce_scatter(host_out, host_in, opts), _back(list(zip(outputs, host_out, strict=True))))
 
     def alltoall_base(self, output: torch.Tensor, input: torch.Tensor, out_splits: list[int],
-                      in_splits: list[int], opts: Any = None) -> Any:
+                      in_splits: list[int], opts: Any = None) -> Any:  # type: ignore[override]
         (host_in,) = _host([input], "all_to_all")
         host_out = output.cpu()
         work = self._gloo.alltoall_base(host_out, host_in, out_splits, in_splits, opts)
         return _StagedWork(work, _back([(output, host_out)]))
 
-    def scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any = None) -> Any:
+    def scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any = None) -> Any:  # type: ignore[override]
         host_in = [_host(ins, "scatter") for ins in inputs]
         host_out = _host(outputs, "scatter")
         return _StagedWork(self._gloo.scatter(host_out, host_in, opts), _back(list(zip(outputs, host_out, strict=True))))
 
-    def gather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> Any:
+    def gather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> Any:  # type: ignore[override]
         host_in = _host(inputs, "gather")
         host_out = [_host(outs, "gather") for outs in outputs]
         pairs = [(d, h) for outs, houts in zip(outputs, host_out, strict=True) for d, h in zip(outs, houts, strict=True)]
         return _StagedWork(self._gloo.gather(host_out, host_in, opts), _back(pairs))
 
-    def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> Any:
+    def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> Any:  # type: ignore[override]
         return _StagedWork(self._gloo.send(_host(tensors, "send"), dst, tag), lambda: None)
 
-    def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> Any:
+    def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> Any:  # type: ignore[override]
         host = _host(tensors, "recv")
         return _StagedWork(self._gloo.recv(host, src, tag), _back(list(zip(tensors, host, strict=True))))
 
-    def barrier(self, opts: Any = None) -> Any:
+    def barrier(self, opts: Any = None) -> Any:  # type: ignore[override]
         return _StagedWork(self._gloo.barrier(opts) if opts is not None else self._gloo.barrier(), lambda: None)
 
 

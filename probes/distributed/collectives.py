@@ -59,7 +59,7 @@ def _expected(ctx: Ctx, name: str, op: str | None, xs: list[Any]) -> Any:
     import torch
 
     total = torch.stack([x.double() for x in xs])
-    reduced = {"sum": total.sum(0), "max": total.max(0).values, "avg": total.mean(0), None: None}[op]
+    reduced: Any = {"sum": total.sum(0), "max": total.max(0).values, "avg": total.mean(0), None: None}[op]
     chunk = _N // ctx.world_size
     match name:
         case "all_reduce":
@@ -103,7 +103,8 @@ def _run(ctx: Ctx, name: str, op: str | None, mine: Any, async_op: bool, evidenc
         out = torch.empty_like(mine)
         nxt, prv = (ctx.rank + 1) % ws, (ctx.rank - 1) % ws
         if async_op:
-            recv, send = dist.irecv(out, src=prv), dist.isend(mine, dst=nxt)
+            recv: Any = dist.irecv(out, src=prv)
+            send: Any = dist.isend(mine, dst=nxt)
             _wait(recv, True, evidence)
             send.wait()
         elif ctx.rank % 2 == 0:  # even ranks send first, odd ranks receive first: no cycle of blocked sends
@@ -125,7 +126,8 @@ def check_collective(ctx: Ctx, case: dict[str, Any]) -> dict[str, Any]:
     name, op, async_op = case["collective"], case.get("op"), bool(case.get("async_op"))
     evidence: dict[str, Any] = {}
     if name == "barrier":
-        _wait(dist.barrier(async_op=async_op), async_op, evidence)
+        work: Any = dist.barrier(async_op=async_op)
+        _wait(work, async_op, evidence)
         return {"outcome": "ok", "evidence": evidence}
     dtype = getattr(torch, case["dtype"])
     xs = _inputs(ctx, dtype)
