@@ -107,8 +107,9 @@ def test_dtypes_like(op: Any) -> tuple[int, int]:
 def baseline_child(names: list[str]) -> None:
     """The baseline process: import op_db, select the entries, run test_dtypes' procedure."""
     t0 = time.perf_counter()
-    from opmatrix.probes.ops.source import select_ops
+    from opmatrix.probes.ops.source import all_ops, select_ops
 
+    all_ops()  # import op_db here, as a test session does at collection
     entries = select_ops(names)
     t1 = time.perf_counter()
     fwd = bwd = 0
