@@ -164,8 +164,8 @@ def run_opmatrix(names: list[str], workers: int, env: dict[str, str], caches: Pa
         wall, text = _timed(cmd, env)
     finally:
         shutil.rmtree(out, ignore_errors=True)
-    first = text.splitlines()[0] if text else ""
-    return wall, first
+    lines = text.splitlines()  # the probe's summary line first, the CPU seconds last
+    return wall, f"{lines[0]}\n{lines[-1]}"
 
 
 def _load() -> str:
