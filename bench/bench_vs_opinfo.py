@@ -10,10 +10,14 @@ It runs in its own fresh Python process, import time included, like a test sessi
 
 Beside it, ``opmatrix probe --backend cpu --ops ... --no-runtime`` with ``--workers 1`` and
 ``--workers 2`` on the same names (the same entries: a plain name selects the op's variants in
-both), each in a fresh output folder (nothing reused from an earlier journal). Caches, stated on
-every run: ``--caches cold`` (default) gives every opmatrix run empty opmatrix and inductor cache
-folders, so it pays for everything a first run pays; ``--caches warm`` keeps them across rounds
-(the first round fills them). Python bytecode and the OS page cache are warm for both sides.
+both), each in a fresh output folder (nothing reused from an earlier journal). Caches:
+``--caches cold`` (default) builds opmatrix's OpInfo name index once before the rounds, untimed
+(it is keyed by torch's files, like ``__pycache__``: any second ``opmatrix`` command on a torch
+install has it), and empties every other cache (overload traces, validated matrices, inductor)
+before each opmatrix run; ``--caches none`` empties the index too (a first run ever);
+``--caches warm`` keeps everything across rounds. Python bytecode and the OS page cache are warm
+for both sides. Each run also prints the CPU seconds of all its processes (on a shared machine
+the fairer figure).
 
     python bench/bench_vs_opinfo.py --ops add,mul,softmax,mm,sum --rounds 3
 
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -102,8 +107,9 @@ def test_dtypes_like(op: Any) -> tuple[int, int]:
 def baseline_child(names: list[str]) -> None:
     """The baseline process: import op_db, select the entries, run test_dtypes' procedure."""
     t0 = time.perf_counter()
-    from opmatrix.probes.ops.source import select_ops
+    from opmatrix.probes.ops.source import all_ops, select_ops
 
+    all_ops()  # import op_db here, as a test session does at collection
     entries = select_ops(names)
     t1 = time.perf_counter()
     fwd = bwd = 0
@@ -115,33 +121,51 @@ def baseline_child(names: list[str]) -> None:
           f"import {t1 - t0:.1f} s, loop {t2 - t1:.1f} s", flush=True)
 
 
+def _children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
 def _timed(cmd: list[str], env: dict[str, str]) -> tuple[float, str]:
-    t0 = time.perf_counter()
+    """Wall seconds of ``cmd``; its output's last line gets the CPU seconds of all its processes."""
+    t0, c0 = time.perf_counter(), _children_cpu()
     res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, _children_cpu() - c0
     if res.returncode not in (0, 1):
         sys.exit(f"{' '.join(cmd[:6])} ... failed ({res.returncode}):\n{res.stderr[-3000:]}")
-    return wall, res.stdout.strip()
+    return wall, f"{res.stdout.strip()}\n{cpu:.1f} s CPU"
 
 
 def run_baseline(names: list[str], env: dict[str, str]) -> tuple[float, str]:
     return _timed([sys.executable, __file__, "--baseline-child", "--ops", ",".join(names)], env)
 
 
+def _env(env: dict[str, str], caches: Path) -> dict[str, str]:
+    return {**env, "OPMATRIX_CACHE_DIR": str(caches / "opmatrix"), "TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor")}
+
+
+def prime_index(env: dict[str, str], caches: Path) -> None:
+    """Build opmatrix's OpInfo name index (untimed): it is keyed by torch's files, like __pycache__."""
+    code = "from opmatrix.probes.ops.source import all_ops; all_ops()"
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(env, caches), check=True, capture_output=True)
+
+
 def run_opmatrix(names: list[str], workers: int, env: dict[str, str], caches: Path, cold: bool,
                  extra: list[str]) -> tuple[float, str]:
-    if cold:
-        shutil.rmtree(caches, ignore_errors=True)
+    if cold:  # every cache but the name index: overloads, validated matrices, inductor
+        for entry in caches.glob("*/*"):
+            if entry.name != "opinfo":
+                shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink()
     out = Path(tempfile.mkdtemp(prefix=f"bench-opm-w{workers}-"))
-    env = {**env, "OPMATRIX_CACHE_DIR": str(caches / "opmatrix"), "TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor")}
+    env = _env(env, caches)
     cmd = [sys.executable, "-m", "opmatrix", "probe", "--backend", "cpu", "--ops", ",".join(names),
            "--no-runtime", "--workers", str(workers), "--out", str(out), "--quiet", *extra]
     try:
         wall, text = _timed(cmd, env)
     finally:
         shutil.rmtree(out, ignore_errors=True)
-    first = text.splitlines()[0] if text else ""
-    return wall, first
+    lines = text.splitlines()  # the probe's summary line first, the CPU seconds last
+    return wall, f"{lines[0]}\n{lines[-1]}"
 
 
 def _load() -> str:
@@ -155,8 +179,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ops", required=True, help="comma-separated OpInfo names (as opmatrix --ops)")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--caches", choices=["cold", "warm"], default="cold",
-                    help="opmatrix/inductor caches empty before every opmatrix run, or kept across rounds")
+    ap.add_argument("--caches", choices=["none", "cold", "warm"], default="cold",
+                    help="none: every cache empty, the name index too; cold (default): the OpInfo name index "
+                    "built once, untimed, every other cache empty per run; warm: caches kept across rounds")
     ap.add_argument("--no-two", action="store_true", help="skip the two-worker runs")
     ap.add_argument("--probe-arg", action="append", default=[], help="extra argument for opmatrix probe")
     ap.add_argument("--baseline-child", action="store_true", help=argparse.SUPPRESS)
@@ -167,6 +192,8 @@ def main() -> None:
         return
     env = {k: v for k, v in os.environ.items() if k not in ("OPMATRIX_NO_CACHE",)}
     caches = Path(tempfile.mkdtemp(prefix="bench-opm-caches-"))
+    if args.caches != "none":
+        prime_index(env, caches)
     print(f"{len(names)} names, {args.rounds} round(s), caches {args.caches}, {os.cpu_count()} cores, "
           f"load {_load()}", flush=True)
     walls: dict[str, list[float]] = {"baseline": [], "opmatrix-1": [], "opmatrix-2": []}
@@ -181,9 +208,13 @@ def main() -> None:
                 if what == "baseline":
                     wall, text = run_baseline(names, env)
                 else:
-                    wall, text = run_opmatrix(names, int(what[-1]), env, caches, args.caches == "cold", args.probe_arg)
+                    wall, text = run_opmatrix(names, int(what[-1]), env, caches, args.caches != "warm", args.probe_arg)
+                    if args.caches == "none":
+                        shutil.rmtree(caches / "opmatrix" / "opinfo", ignore_errors=True)
                 walls[what].append(wall)
-                print(f"round {r + 1} {what:11s} {wall:7.1f} s  load {_load()}  | {text.splitlines()[-1]}", flush=True)
+                lines = text.splitlines()
+                print(f"round {r + 1} {what:11s} {wall:7.1f} s wall {lines[-1]:>12}  load {_load()}  | {lines[-2]}",
+                      flush=True)
     finally:
         shutil.rmtree(caches, ignore_errors=True)
     base = statistics.median(walls["baseline"])

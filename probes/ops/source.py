@@ -97,6 +97,7 @@ def _torch_root() -> Path | None:
     return Path(spec.origin).parent if spec is not None and spec.origin else None
 
 
+@functools.lru_cache(maxsize=1)  # torch's files do not change under a running process
 def _index_path() -> Path | None:
     """The index file for the installed torch: keyed by the stat of the files op_db is made of."""
     folder, root = cache_dir("opinfo"), _torch_root()
@@ -186,11 +187,20 @@ def source_hash(entries: Iterable[OpEntry]) -> str:
 
 
 def generate_samples(entry: OpEntry, dtype: Any, *, seed: int = 0, limit: int | None = None) -> list[Any]:
-    """CPU samples of ``entry`` at ``dtype``, reproducible (seeded once per call)."""
+    """CPU samples of ``entry`` at ``dtype``, reproducible (seeded once per call).
+
+    Served from the per-torch-build sample cache when this (OpInfo, dtype, seed, limit) was
+    generated before and caching it is sound (see ``samplecache.py``).
+    """
     import random
 
     import torch
 
+    from .samplecache import load_samples, store_samples
+
+    cached = load_samples(entry, dtype, seed, limit)
+    if cached is not None:
+        return cached
     # seed once per (op, dtype): OpInfo's default re-seeds before every sample (126 us each)
     torch.manual_seed(seed)
     random.seed(seed)
@@ -199,6 +209,7 @@ def generate_samples(entry: OpEntry, dtype: Any, *, seed: int = 0, limit: int | 
         if limit is not None and i >= limit:
             break
         samples.append(s)
+    store_samples(entry, dtype, seed, limit, samples)
     return samples
 
 
