@@ -8,7 +8,8 @@
 See :mod:`.task` for the handler contract and :mod:`.runner` for the fault rules.
 """
 
-from .runner import MAX_TASK_FAULTS, RunSummary, default_max_restarts, run
+from .entry import run
+from .runner import MAX_TASK_FAULTS, RunSummary, default_max_restarts
 from .shard import parse_shard, select_shard
 from .task import HANDLERS, Skip, Task, WorkerContext, WorkerPoisoned, fault_record
 

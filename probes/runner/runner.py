@@ -15,136 +15,36 @@ restart; past ``max_restarts`` the run aborts.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
-import shlex
 import signal
-import sys
-import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
+from .header import header_line
 from .identity import IDENTITY_FILE, cached_identity, fingerprint, store_identity
 from .journal import Journal, JournalState, load_reusable, open_for_resume, rotate, task_key
+from .plan import (
+    MAX_STARTUP_FAILURES,
+    MAX_TASK_FAULTS,
+    Aborted,
+    Job,
+    RunSummary,
+    default_max_restarts,
+    fault_budget,
+)
 from .pool import WorkerHandle, exit_fault, spawn_worker
 from .progress import Progress
-from .shard import select_shard
-from .task import HANDLERS, Skip, Task, fault_record
+from .task import Skip, Task, fault_record
 from .worker import WorkerSpec
 
-__all__ = ["MAX_TASK_FAULTS", "RunSummary", "default_max_restarts", "fault_budget", "run"]
+__all__ = ["MAX_TASK_FAULTS", "Run", "RunSummary", "default_max_restarts", "fault_budget"]
 
-#: faults any task may cause before its remaining units are listed as not run
-MAX_TASK_FAULTS = 3
-#: one more fault allowed per this many units the task has run (a task of 100 units with 8
-#: bad inputs still records the other 92)
-UNITS_PER_EXTRA_FAULT = 10
-
-
-def fault_budget(units: int) -> int:
-    """Faults a task may cause before its remaining units are not run: grows with its units."""
-    return MAX_TASK_FAULTS + units // UNITS_PER_EXTRA_FAULT
-#: consecutive workers that die before becoming ready before the run gives up
-MAX_STARTUP_FAILURES = 3
-
-
-def default_max_restarts(workers: int, tasks: int) -> int:
-    """Worker replacements allowed: ``max(10, 2 * workers) + tasks // 4``.
-
-    A backend where a quarter of the tasks crash once still completes; one where every task
-    crashes (three restarts per task) is stopped after about a twelfth of its tasks.
-    """
-    return max(10, 2 * workers) + tasks // 4
-
-
-@dataclass
-class RunSummary:
-    """What a run did; ``faults``/``paths`` count cells over every record in the journal.
-
-    ``recorded = resumed + reused + probed``; ``startup_seconds`` is how long the first worker
-    took to import torch and set the backend up (None when none became ready).
-    """
-
-    planned: int
-    recorded: int = 0
-    probed: int = 0
-    reused: int = 0
-    resumed: int = 0
-    restarts: int = 0
-    faults: dict[str, int] = field(default_factory=dict)
-    paths: dict[str, int] = field(default_factory=dict)
-    aborted: bool = False
-    interrupted: bool = False
-    message: str = ""
-    seconds: float = 0.0
-    startup_seconds: float | None = None
-    journal: Path | None = None
-
-    @property
-    def faulted(self) -> int:
-        """Cells (or cell-less tasks) that ended in a fault."""
-        return sum(self.faults.values())
-
-    @property
-    def exit_code(self) -> int:
-        """130 interrupted, 1 aborted (restart cap / workers cannot start), else 0."""
-        return 130 if self.interrupted else 1 if self.aborted else 0
-
-
-@dataclass
-class _Job:
-    """A planned task with what earlier attempts learned about it."""
-
-    task: Task
-    key: str = ""
-    skip: dict[str, Skip] = field(default_factory=dict)
-    skip_rest: Skip | None = None
-    faults: int = 0
-    attempts: int = 0
-    started: float = 0.0
-    units: int = 0  # most units one attempt announced (the fault budget grows with it)
-    seq0: int = 0  # the worker board's sequence number when this attempt started
-
-
-class _Aborted(Exception):
-    """Stop the run: the restart cap is reached or workers cannot start."""
-
-
-@contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """Treat SIGTERM like Ctrl-C so a terminated run also leaves a consistent journal."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def raise_interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    old = signal.signal(signal.SIGTERM, raise_interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
-
-
-def _ordered(tasks: Iterable[Task]) -> list[Task]:
-    tasks = sorted(tasks, key=lambda t: (t.order, t.id))
-    seen: set[str] = set()
-    for t in tasks:
-        if t.id in seen:
-            raise ValueError(f"task id {t.id!r} is planned twice; task ids must be unique")
-        seen.add(t.id)
-    return tasks
-
-
-class _Run:
+class Run:
     """One run's state; :func:`run` is its public face."""
 
     def __init__(
@@ -189,11 +89,23 @@ class _Run:
         self.run_key: str | None = None
         self.workers: dict[int, WorkerHandle] = {}
 
+        self.pending: deque[Job] = self._open_journal(tasks, resume, workers, progress)
+        self.n_workers = max(1, min(workers, len(self.pending)))
+        self.threads = threads or max(1, (os.cpu_count() or 1) // self.n_workers)
+        self.fingerprint = fingerprint(
+            backend, generation, devices=devices, kinds=self.kinds, handlers=handlers, options=options
+        )
+        cached = cached_identity(out_dir, self.fingerprint) if self.reusable and self.pending else None
+        if cached is not None:  # an unchanged host-identified backend: reuse without starting a worker
+            self._adopt(self._key(cached), cached)
+
+    def _open_journal(self, tasks: list[Task], resume: bool, workers: int, progress: bool) -> deque[Job]:
+        """Open (or resume) the journal, set up progress and reuse; the jobs still to run."""
         state = open_for_resume(self.path) if resume else JournalState()
         if not resume:
             rotate(self.path)
         self.resumed_header = state.header
-        self.reusable, past_seconds = load_reusable(out_dir)
+        self.reusable, past_seconds = load_reusable(self.out_dir)
         self.progress = Progress(
             len(tasks),
             enabled=progress,
@@ -210,15 +122,7 @@ class _Run:
         # other workers); tasks never timed go first, in plan order
         todo = [t for t in tasks if t.id not in state.records]
         todo.sort(key=lambda t: -past_seconds.get(t.id, float("inf")))
-        self.pending: deque[_Job] = deque(_Job(t) for t in todo)
-        self.n_workers = max(1, min(workers, len(self.pending)))
-        self.threads = threads or max(1, (os.cpu_count() or 1) // self.n_workers)
-        self.fingerprint = fingerprint(
-            backend, generation, devices=devices, kinds=self.kinds, handlers=handlers, options=options
-        )
-        cached = cached_identity(out_dir, self.fingerprint) if self.reusable and self.pending else None
-        if cached is not None:  # an unchanged host-identified backend: reuse without starting a worker
-            self._adopt(self._key(cached), cached)
+        return deque(Job(t) for t in todo)
 
     # -- workers -----------------------------------------------------------------------------
 
@@ -266,7 +170,7 @@ class _Run:
             handle.release()
         if fault:
             if self.summary.restarts >= self.max_restarts:
-                raise _Aborted(
+                raise Aborted(
                     f"stopped after {self.summary.restarts} worker restarts (the cap; --max-restarts): "
                     f"the backend faults on nearly every probe (last: task "
                     f"{handle.job.task.id if handle.job else '?'}, unit {handle.unit}); "
@@ -306,8 +210,10 @@ class _Run:
                 "warning: resuming a journal started with a different build; each record keeps its own evidence key"
             )
         if self.journal.empty:
-            self.journal.append(self._header(key, identity))
-        keep: deque[_Job] = deque()
+            self.journal.append(header_line(
+                key, identity, backend=self.backend, generation=self.generation, planned=self.summary.planned,
+                command=self.command, extra=self.header_extra))
+        keep: deque[Job] = deque()
         for job in self.pending:
             job.key = task_key(key, job.task)
             line = self.reusable.get(job.key)
@@ -319,46 +225,13 @@ class _Run:
                 keep.append(job)
         self.pending = keep
 
-    def _header(self, key: str, identity: Mapping[str, Any]) -> str:
-        """The journal's first line: the run, the backend identity, and the evidence block for merge."""
-        import platform
-
-        from opmatrix import __version__
-        from opmatrix.schema import Evidence, JournalHeader
-
-        started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-        versions = identity.get("versions") or {}
-        evidence = Evidence(
-            opmatrix_version=__version__,
-            torch_version=identity["torch_version"],
-            torch_git=identity["torch_git"],
-            python=platform.python_version(),
-            platform=platform.platform(),
-            command=self.command,
-            started=started,
-            **{k: versions.get(k) for k in ("driver", "firmware", "isa", "stepping", "backend_version")},
-        )
-        fields: dict[str, Any] = {
-            "backend": self.backend,
-            "generation": self.generation,
-            "planned": self.summary.planned,
-            "command": self.command,
-            "evidence_key": key,
-            "started": started,
-            "evidence": evidence,
-            "device_type": identity.get("device_type"),
-            "dispatch_key": identity.get("dispatch_key"),
-        }
-        fields.update(self.header_extra)
-        return JournalHeader(**fields).model_dump_json()
-
     def _handle(self, handle: WorkerHandle, msg: tuple[Any, ...]) -> None:
         kind = msg[0]
-        job: _Job | None = handle.job
+        job: Job | None = handle.job
         if kind == "ready":
             self._on_ready(handle, msg[2])
         elif kind == "setup_failed":
-            raise _Aborted(f"worker {handle.slot} could not set up backend {self.backend!r}:\n{msg[2]}")
+            raise Aborted(f"worker {handle.slot} could not set up backend {self.backend!r}:\n{msg[2]}")
         elif job is None or msg[1] != job.task.id:
             return  # a late message about a task this worker no longer owns
         elif kind == "done":
@@ -393,7 +266,7 @@ class _Run:
             self.startup_failures += 1
             self._lost(handle, fault=False)
             if self.startup_failures >= MAX_STARTUP_FAILURES:
-                raise _Aborted(f"{self.startup_failures} workers in a row died while starting:\n{message}")
+                raise Aborted(f"{self.startup_failures} workers in a row died while starting:\n{message}")
             return
         job = handle.job
         self._lost(handle, fault=True)
@@ -425,7 +298,7 @@ class _Run:
 
     # -- bookkeeping ---------------------------------------------------------------------------
 
-    def _fault(self, job: _Job, unit: str | None, skip: Skip) -> None:
+    def _fault(self, job: Job, unit: str | None, skip: Skip) -> None:
         """Requeue ``job`` with ``unit`` marked; past the fault limit, skip what is left."""
         job.faults += 1
         what = f"{skip.outcome}{f' ({skip.signal})' if skip.signal else ''}"
@@ -445,7 +318,7 @@ class _Run:
                 job.skip_rest = Skip(skip.outcome, f"not run: the task faulted {job.faults} times; last: {first}")
         self.pending.appendleft(job)
 
-    def _record(self, job: _Job, record: dict[str, Any], worker: int | None) -> None:
+    def _record(self, job: Job, record: dict[str, Any], worker: int | None) -> None:
         record["task"] = job.task.id  # the runner's id is what resume and reuse match on
         record["evidence_key"] = job.key
         if record.get("kind") == "task":
@@ -514,90 +387,3 @@ class _Run:
             handle.stop(max(0.0, end - time.monotonic()))
         self.workers.clear()
         self.journal.close()
-
-
-def run(
-    tasks: Iterable[Task],
-    *,
-    backend: str,
-    out_dir: str | os.PathLike[str],
-    generation: str | None = None,
-    workers: int | None = None,
-    timeout: float = 60.0,
-    resume: bool = False,
-    devices: Sequence[int | str] | None = None,
-    shard: tuple[int, int] | None = None,
-    max_restarts: int | None = None,
-    options: Mapping[str, Any] | None = None,
-    progress: bool = True,
-    command: str | None = None,
-    handlers: Mapping[str, str] | None = None,
-    threads: int | None = None,
-    header: Mapping[str, Any] | None = None,
-) -> RunSummary:
-    """Run ``tasks`` on ``backend`` in spawned workers, journaling to ``out_dir/journal.jsonl``.
-
-    ``timeout``: seconds a unit may run without progress. ``resume``: continue the journal in
-    ``out_dir`` (else it moves to ``journal.jsonl.prev`` and serves evidence-key reuse).
-    ``devices``: worker ``i`` probes ``devices[i % len(devices)]``. ``shard=(i, n)``: only that
-    slice of the tasks. ``max_restarts``: default :func:`default_max_restarts`. ``options`` reach
-    handlers as ``ctx.options``; ``options["op_source_hash"]`` is part of every evidence key.
-    ``handlers`` adds or overrides task kinds (``kind -> "module:function"``). ``threads``: torch
-    threads per worker (default: cores / workers). ``header``: journal header fields that
-    override what the runner fills in (e.g. ``evidence`` with ``op_source``, ``runtime``).
-    """
-    started = time.monotonic()
-    planned = _ordered(tasks)
-    if shard is not None:
-        planned = select_shard(planned, *shard)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    n = workers or os.cpu_count() or 1
-    state = _Run(
-        planned,
-        out,
-        backend=backend,
-        generation=generation,
-        workers=n,
-        timeout=timeout,
-        resume=resume,
-        devices=[int(d) for d in devices] if devices else None,
-        max_restarts=default_max_restarts(n, len(planned)) if max_restarts is None else max_restarts,
-        options=dict(options or {}),
-        progress=progress,
-        command=command or shlex.join(sys.argv),
-        handlers={**HANDLERS, **(handlers or {})},
-        threads=threads,
-        header=dict(header or {}),
-    )
-    summary = state.summary
-    try:
-        with _sigterm_as_interrupt():
-            state.loop()
-    except _Aborted as exc:
-        summary.aborted = True
-        summary.message = str(exc)
-    except KeyboardInterrupt:
-        summary.interrupted = True
-        again = state.command if "--resume" in state.command else f"{state.command} --resume"
-        summary.message = f"interrupted; continue with: {again}"
-    finally:
-        state.shutdown()
-    summary.recorded = summary.resumed + summary.reused + summary.probed
-    summary.faults = {
-        o: n for o, n in state.progress.outcomes.items() if o in ("error", "oom", "hung", "crashed", "poisoned")
-    }
-    summary.paths = dict(state.progress.paths)
-    summary.seconds = time.monotonic() - started
-    state.progress.tick(final=True)
-    tail = (
-        f"{summary.recorded}/{summary.planned} tasks recorded in {state.path} ({summary.reused} reused, "
-        f"{summary.resumed} resumed, {summary.restarts} worker restarts, {summary.faulted} faulted cells)"
-    )
-    if summary.aborted:
-        state.progress.note(f"aborted: {summary.message}")
-    elif summary.interrupted:
-        state.progress.note(summary.message)
-    if progress or summary.message:
-        state.progress.note(tail)
-    return summary

@@ -1,0 +1,111 @@
+"""``run(tasks, backend=..., out_dir=...)``: the runner's public face (see :mod:`.runner` for how).
+
+``timeout``: seconds a unit may run without progress. ``resume``: continue the journal in
+``out_dir`` (else it moves to ``journal.jsonl.prev`` and serves evidence-key reuse).
+``devices``: worker ``i`` probes ``devices[i % len(devices)]``. ``shard=(i, n)``: only that
+slice of the tasks. ``max_restarts``: default :func:`default_max_restarts`. ``options`` reach
+handlers as ``ctx.options``; ``options["op_source_hash"]`` is part of every evidence key.
+``handlers`` adds or overrides task kinds (``kind -> "module:function"``). ``threads``: torch
+threads per worker (default: cores / workers). ``header``: journal header fields that
+override what the runner fills in (e.g. ``evidence`` with ``op_source``, ``runtime``).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .plan import Aborted, RunSummary, default_max_restarts, ordered, sigterm_as_interrupt
+from .runner import Run
+from .shard import select_shard
+from .task import HANDLERS, Task
+
+__all__ = ["run"]
+
+
+def run(
+    tasks: Iterable[Task],
+    *,
+    backend: str,
+    out_dir: str | os.PathLike[str],
+    generation: str | None = None,
+    workers: int | None = None,
+    timeout: float = 60.0,
+    resume: bool = False,
+    devices: Sequence[int | str] | None = None,
+    shard: tuple[int, int] | None = None,
+    max_restarts: int | None = None,
+    options: Mapping[str, Any] | None = None,
+    progress: bool = True,
+    command: str | None = None,
+    handlers: Mapping[str, str] | None = None,
+    threads: int | None = None,
+    header: Mapping[str, Any] | None = None,
+) -> RunSummary:
+    """Run ``tasks`` on ``backend`` in spawned workers, journaling to ``out_dir/journal.jsonl`` (see the module doc)."""
+    started = time.monotonic()
+    planned = ordered(tasks)
+    if shard is not None:
+        planned = select_shard(planned, *shard)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    n = workers or os.cpu_count() or 1
+    state = Run(
+        planned,
+        out,
+        backend=backend,
+        generation=generation,
+        workers=n,
+        timeout=timeout,
+        resume=resume,
+        devices=[int(d) for d in devices] if devices else None,
+        max_restarts=default_max_restarts(n, len(planned)) if max_restarts is None else max_restarts,
+        options=dict(options or {}),
+        progress=progress,
+        command=command or shlex.join(sys.argv),
+        handlers={**HANDLERS, **(handlers or {})},
+        threads=threads,
+        header=dict(header or {}),
+    )
+    summary = state.summary
+    try:
+        with sigterm_as_interrupt():
+            state.loop()
+    except Aborted as exc:
+        summary.aborted = True
+        summary.message = str(exc)
+    except KeyboardInterrupt:
+        summary.interrupted = True
+        again = state.command if "--resume" in state.command else f"{state.command} --resume"
+        summary.message = f"interrupted; continue with: {again}"
+    finally:
+        state.shutdown()
+    _finish(state, started, progress)
+    return summary
+
+
+def _finish(state: Run, started: float, progress: bool) -> None:
+    """Count what the run recorded into its summary and say how it ended."""
+    summary = state.summary
+    summary.recorded = summary.resumed + summary.reused + summary.probed
+    summary.faults = {
+        o: n for o, n in state.progress.outcomes.items() if o in ("error", "oom", "hung", "crashed", "poisoned")
+    }
+    summary.paths = dict(state.progress.paths)
+    summary.seconds = time.monotonic() - started
+    state.progress.tick(final=True)
+    tail = (
+        f"{summary.recorded}/{summary.planned} tasks recorded in {state.path} ({summary.reused} reused, "
+        f"{summary.resumed} resumed, {summary.restarts} worker restarts, {summary.faulted} faulted cells)"
+    )
+    if summary.aborted:
+        state.progress.note(f"aborted: {summary.message}")
+    elif summary.interrupted:
+        state.progress.note(summary.message)
+    if progress or summary.message:
+        state.progress.note(tail)

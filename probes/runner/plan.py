@@ -1,0 +1,123 @@
+"""What a run plans and reports: fault budgets, restart caps, the run summary, a job's state.
+
+    fault_budget(40)          # 7: three faults, plus one per ten units the task has run
+    default_max_restarts(2, 100)
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .task import Skip, Task
+
+__all__ = ["MAX_STARTUP_FAILURES", "MAX_TASK_FAULTS", "Aborted", "Job", "RunSummary", "default_max_restarts",
+           "fault_budget", "ordered", "sigterm_as_interrupt"]
+
+#: faults any task may cause before its remaining units are listed as not run
+MAX_TASK_FAULTS = 3
+#: one more fault allowed per this many units the task has run (a task of 100 units with 8
+#: bad inputs still records the other 92)
+UNITS_PER_EXTRA_FAULT = 10
+
+
+def fault_budget(units: int) -> int:
+    """Faults a task may cause before its remaining units are not run: grows with its units."""
+    return MAX_TASK_FAULTS + units // UNITS_PER_EXTRA_FAULT
+
+
+#: consecutive workers that die before becoming ready before the run gives up
+MAX_STARTUP_FAILURES = 3
+
+
+def default_max_restarts(workers: int, tasks: int) -> int:
+    """Worker replacements allowed: ``max(10, 2 * workers) + tasks // 4``.
+
+    A backend where a quarter of the tasks crash once still completes; one where every task
+    crashes (three restarts per task) is stopped after about a twelfth of its tasks.
+    """
+    return max(10, 2 * workers) + tasks // 4
+
+
+@dataclass
+class RunSummary:
+    """What a run did; ``faults``/``paths`` count cells over every record in the journal.
+
+    ``recorded = resumed + reused + probed``; ``startup_seconds`` is how long the first worker
+    took to import torch and set the backend up (None when none became ready).
+    """
+
+    planned: int
+    recorded: int = 0
+    probed: int = 0
+    reused: int = 0
+    resumed: int = 0
+    restarts: int = 0
+    faults: dict[str, int] = field(default_factory=dict)
+    paths: dict[str, int] = field(default_factory=dict)
+    aborted: bool = False
+    interrupted: bool = False
+    message: str = ""
+    seconds: float = 0.0
+    startup_seconds: float | None = None
+    journal: Path | None = None
+
+    @property
+    def faulted(self) -> int:
+        """Cells (or cell-less tasks) that ended in a fault."""
+        return sum(self.faults.values())
+
+    @property
+    def exit_code(self) -> int:
+        """130 interrupted, 1 aborted (restart cap / workers cannot start), else 0."""
+        return 130 if self.interrupted else 1 if self.aborted else 0
+
+
+@dataclass
+class Job:
+    """A planned task with what earlier attempts learned about it."""
+
+    task: Task
+    key: str = ""
+    skip: dict[str, Skip] = field(default_factory=dict)
+    skip_rest: Skip | None = None
+    faults: int = 0
+    attempts: int = 0
+    started: float = 0.0
+    units: int = 0  # most units one attempt announced (the fault budget grows with it)
+    seq0: int = 0  # the worker board's sequence number when this attempt started
+
+
+class Aborted(Exception):
+    """Stop the run: the restart cap is reached or workers cannot start."""
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Treat SIGTERM like Ctrl-C so a terminated run also leaves a consistent journal."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def ordered(tasks: Iterable[Task]) -> list[Task]:
+    tasks = sorted(tasks, key=lambda t: (t.order, t.id))
+    seen: set[str] = set()
+    for t in tasks:
+        if t.id in seen:
+            raise ValueError(f"task id {t.id!r} is planned twice; task ids must be unique")
+        seen.add(t.id)
+    return tasks
