@@ -5,7 +5,7 @@ OPM := $(VENV)/bin/opmatrix
 STAMP := $(VENV)/.installed
 OUT ?= out
 
-.PHONY: setup demo test test-xla lint bench clean browser-deps
+.PHONY: setup demo test test-fast test-xla lint bench clean browser-deps
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -22,15 +22,25 @@ setup: $(STAMP)
 demo: setup
 	@bash bench/demo.sh "$(OPM)" "$(OUT)"
 
-# The browser tests drive Debian's chromium (never a downloaded browser); runs as root on CI machines.
+# The browser tests drive Debian's chromium (never a downloaded browser). This is the only step
+# that touches the system: it runs apt-get (as root, or through sudo) and says so first.
 browser-deps:
-	@if [ ! -x /usr/bin/chromium ]; then \
-	  echo "installing Debian chromium for the browser tests"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	@if [ -x /usr/bin/chromium ]; then \
+	  echo "browser-deps: /usr/bin/chromium is present (the browser tests use it; nothing to install)"; \
+	else \
+	  echo "browser-deps: installing the Debian package 'chromium' with apt-get, system-wide: the browser"; \
+	  echo "browser-deps: tests (tests/test_reports_browser.py) open the HTML site in it. Skip with 'make test-fast'."; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium; \
 	fi
 
+# Everything: the fast tests, the slow end-to-end ones (real probes in subprocesses) and the browser.
 test: setup browser-deps
 	$(PY) -m pytest -q
+
+# The inner loop: no slow end-to-end tests, no browser (nothing installed on the system).
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow and not browser"
 
 # XLA devices, proven on torch_xla's CPU device (PJRT_DEVICE=CPU). torch_xla pins its torch (2.9: a
 # CUDA build, several GB), so torch and torch_xla live outside the clone in a cache folder keyed by

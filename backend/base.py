@@ -26,7 +26,7 @@ from typing import Any
 
 from opmatrix.schema import BackendId, DeviceInfo, FallbackState
 
-__all__ = ["Adapter", "FallbackSeen", "Rejection"]
+__all__ = ["Adapter", "FallbackSeen", "Rejection", "bringup_check"]
 
 
 @dataclass
@@ -57,6 +57,33 @@ _REJECT_FRAGMENTS = (
     "no kernel",
     "not available for",
 )
+
+
+#: the bytes the bring-up check writes and reads back: every value of a byte, twice
+_PATTERN = bytes(range(256)) * 2
+
+
+def bringup_check(device: Any) -> str | None:
+    """Allocate on ``device``, copy bytes host->device->host and compare them on the host.
+
+    The opset every backend must have before any other (empty, copy to and from the device):
+    a clean rejection or a fault of any other op never makes this fail.
+    """
+    import torch
+
+    try:
+        host = torch.frombuffer(bytearray(_PATTERN), dtype=torch.uint8)
+        dev = torch.empty(len(_PATTERN), dtype=torch.uint8, device=device)
+        dev.copy_(host)
+        back = torch.empty(len(_PATTERN), dtype=torch.uint8)
+        back.copy_(dev)
+        got = bytes(back.numpy().tobytes())
+    except Exception as exc:  # noqa: BLE001 - any failure here means the device is unusable
+        return f"bring-up check (allocate, copy to and from {device}) failed: {type(exc).__name__}: {str(exc)[:300]}"
+    if got != _PATTERN:
+        bad = next(i for i, (a, b) in enumerate(zip(got, _PATTERN, strict=True)) if a != b) if len(got) == len(_PATTERN) else -1
+        return f"bring-up check: bytes copied to {device} and back differ (first at offset {bad})"
+    return None
 
 
 class Adapter:
@@ -170,18 +197,34 @@ class Adapter:
         return Rejection("error", type(exc).__name__)
 
     def health_check(self) -> str | None:
-        """None when the device still works; otherwise what failed (the context is poisoned)."""
-        import torch
+        """None when the device still works; otherwise what failed.
 
-        try:
-            x = torch.arange(8, dtype=torch.float32, device=self.device())
-            y = (x * 2).sum()
-            self.synchronize()
-            if y.item() != 56.0:
-                return f"health check computed {y.item()} instead of 56.0"
-        except Exception as exc:  # noqa: BLE001 - any failure here means the device is unusable
-            return f"{type(exc).__name__}: {str(exc)[:300]}"
-        return None
+        Uses only the bring-up opset every backend has before anything else (see
+        :func:`bringup_check`): never an arithmetic op, which may be the very op that faulted.
+        Adapters may add their own check (``super().health_check()`` first).
+        """
+        return bringup_check(self.device())
+
+    def health_baseline(self) -> str | None:
+        """The health check's result before any probe ran (measured once, then remembered).
+
+        A device is poisoned only with positive evidence: this baseline passed and
+        :meth:`health_check` fails after a fault. Workers measure it right after ``setup()``.
+        """
+        if not hasattr(self, "_baseline"):
+            self._baseline = self.health_check()
+        return self._baseline
+
+    def poisoned_after_fault(self) -> str | None:
+        """What shows the device unusable after a fault, or None (no positive evidence).
+
+        None when the health check passes now, and also when it never passed (its failure then
+        says nothing about the fault that was just seen).
+        """
+        if self.health_baseline() is not None:
+            return None
+        problem = self.health_check()
+        return None if problem is None else f"{problem} (the same check passed before the fault)"
 
     def compile_backend(self) -> Any:
         """The ``torch.compile`` backend that runs graphs on this device (None: cannot compile)."""

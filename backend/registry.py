@@ -65,10 +65,16 @@ def get_adapter(spec: str, generation: str | None = None, device_index: int = 0)
         return PrivateUse1Adapter(module, generation, device_index)
     if ":" in spec:
         module_name, _, attr = spec.partition(":")
+        import torch  # noqa: F401 - first: many backend packages refuse to be imported before torch
+
         try:
             plugin = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise UnknownBackend(f"--backend {spec!r}: cannot import {module_name!r}: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - the real import failure, whatever it is, is the message
+            cause = exc.__cause__ or exc.__context__
+            because = f" (caused by {type(cause).__name__}: {cause})" if cause is not None else ""
+            raise UnknownBackend(
+                f"--backend {spec!r}: importing {module_name!r} raised {type(exc).__name__}: {exc}{because}"
+            ) from exc
         try:
             factory = getattr(plugin, attr)
         except AttributeError:

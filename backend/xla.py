@@ -29,7 +29,7 @@ from typing import Any
 
 from opmatrix.schema import DeviceInfo, FallbackState
 
-from .base import Adapter, FallbackSeen, Rejection
+from .base import Adapter, FallbackSeen, Rejection, bringup_check
 
 __all__ = ["FALLBACK_COUNTER_PREFIX", "HOST_SCALAR_READS", "XlaAdapter", "fallback_counts"]
 
@@ -181,20 +181,14 @@ class XlaAdapter(Adapter):
         return verdict
 
     def health_check(self) -> str | None:
-        """None when a fresh graph still compiles and runs on the device.
+        """The bring-up check (allocate, copy in and out, compare bytes) on the XLA device.
 
-        Only this check's own tensor is materialised (``.item()``), never a global sync: while the
-        caller handles the exception of a graph that failed to lower, that graph's outputs are still
-        alive in the traceback and a global sync would fail on them again, blaming a healthy device.
+        Only this check's own tensor is materialised (its copy back to the host), never a global
+        sync: while the caller handles the exception of a graph that failed to lower, that graph's
+        outputs are still alive in the traceback and a global sync would fail on them again,
+        blaming a healthy device.
         """
-        import torch
-
-        try:
-            x = torch.arange(8, dtype=torch.float32, device=self.device())
-            value = (x * 2).sum().item()
-        except RuntimeError as exc:
-            return f"{type(exc).__name__}: {str(exc)[:300]}"
-        return None if value == 56.0 else f"health check computed {value} instead of 56.0"
+        return bringup_check(self.device())
 
     def compile_backend(self) -> Any:
         """torch_xla's dynamo backend."""

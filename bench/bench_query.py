@@ -7,7 +7,9 @@ YAML, then measures in one run:
 - cold: strict YAML load + validation (``load_matrix``) and the index build (``Matrix(model)``);
 - ``Matrix.load`` once the validated model is cached (see ``opmatrix.matrix.cache``);
 - ``Matrix.query`` per second for a fixed cell, for a rotating set of cells, and with ``args``;
-- a plain ``dict[tuple, str]`` lookup over the same keys (the floor any index can reach).
+- a plain ``dict[tuple, str]`` lookup over the same keys (the floor any index can reach);
+- the strict load (no cache) of every committed full matrix under ``bench/results/``, beside the
+  constructor-based strict loader it replaced (issue 22 goal: under 1 s each).
 
 Goals (issue 5): load + index under 1 s; at least 500,000 queries per second on one core::
 
@@ -110,6 +112,26 @@ def _rate(fn, n: int) -> tuple[float, float]:  # type: ignore[no-untyped-def]
     return n / c.wall, n / c.cpu
 
 
+def committed(folder: Path) -> None:
+    """Strict load (parse + validate, no cache) of every committed full matrix; goal < 1 s each."""
+    for path in sorted(folder.glob("*.yaml")):
+        with _Clock() as fast:
+            model = load_matrix(path)
+        with _Clock() as constructor:
+            again = _constructor_load(path)
+        assert again == model
+        print(f"strict load {path.name} ({path.stat().st_size / 1e6:.1f} MB, {model.cell_count():,} cells): "
+              f"{fast} (goal < 1 s); PyYAML constructor-based strict loader: {constructor}")
+
+
+def _constructor_load(path: Path) -> MatrixModel:
+    from opmatrix.schema import validate_data
+    from opmatrix.schema.yamlload import _strict_load
+
+    text = path.read_text(encoding="utf-8")
+    return validate_data(_strict_load(text, str(path), False), MatrixModel, str(path), text)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ops", type=int, default=700)
@@ -135,6 +157,8 @@ def main() -> None:
     print(f"strict YAML load + validate: {load}")
     print(f"index build:                 {index}")
     print(f"Matrix.load, cached model:   {cached} (load + index; goal < 1 s)")
+
+    committed(Path(__file__).resolve().parent / "results")
 
     keys = [k for k, _ in m.cells()]
     rng = random.Random(1)

@@ -15,22 +15,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 
-from opmatrix.schema import CellResult, DType, Entry, ExecPath, FallbackState, Layout, Matrix, Mode
+from opmatrix.schema import CellKey, CellResult, DType, Entry, ExecPath, FallbackState, Layout, Matrix, Mode
 
 __all__ = ["CellKey", "CellIndex", "conditions_compatible", "severity", "uses_fallback"]
-
-
-@dataclass(frozen=True, order=True)
-class CellKey:
-    """One (operator overload, dtype, rank, layout, mode) cell."""
-
-    op: str
-    dtype: DType
-    rank: int
-    layout: Layout
-    mode: Mode
 
 
 def uses_fallback(result: CellResult) -> bool:
@@ -54,7 +42,7 @@ class CellIndex:
     def __init__(self, matrix: Matrix) -> None:
         cells: dict[CellKey, list[Entry]] = defaultdict(list)
         ranks: dict[tuple[str, DType, Layout, Mode], set[int]] = defaultdict(set)
-        for op, entries in matrix.operators.items():
+        for op, entries in matrix.boxes().items():
             for entry in entries:
                 for dtype, rank, layout, mode in entry.cells():
                     cells[CellKey(op, dtype, rank, layout, mode)].append(entry)

@@ -12,8 +12,10 @@ The contract promises a support level; every level up to it must be proven by th
 
 - levels 0/1: runtime checks by name (or a pattern over the level's checks);
 - level 2: operator requirements, judged cell by cell (:mod:`opmatrix.ci.requirements`);
-- levels 3-7: opmatrix cannot measure workloads, compiled programs, distributed runs, performance
-  or maintenance yet, so they are ``unknown`` and block when promised; never a silent pass;
+- levels 3/4: workload requirements judged against the matrix's workload runs
+  (:mod:`opmatrix.ci.workloads`); a level 3-7 requirement without them is ``unknown`` and blocks
+  when promised; never a silent pass;
+- level 5: distributed requirements, judged case by case (:mod:`opmatrix.ci.distributed`);
 - a promised level without any requirement is ``unknown`` too (a promise needs its evidence);
 - requirements above the promised level are evaluated but informational;
 - gate-level checks: the matrix is for the contract's backend, it holds probed cells and not more
@@ -26,13 +28,15 @@ from __future__ import annotations
 
 import datetime as dt
 
-from opmatrix.schema import Contract, LevelRequirement, Matrix
+from opmatrix.schema import Contract, LevelRequirement, Matrix, WorkloadRequirement
 
 from .baseline import compare_cells
 from .cells import CellIndex, CellKey
+from .distributed import distributed_count_check, evaluate_distributed
 from .improvements import find_improvements, improvement_yaml
 from .requirements import claimed_keys, evaluate_check, evaluate_operators
 from .result import (
+    BaselineChange,
     CellRef,
     CellStatus,
     GateCheck,
@@ -40,9 +44,11 @@ from .result import (
     RequirementResult,
     Status,
     Verdict,
+    WaiverReport,
     WaiverState,
 )
 from .waivers import WaiverBook
+from .workloads import evaluate_workloads
 
 __all__ = ["LEVEL_NAMES", "evaluate_contract"]
 
@@ -93,14 +99,14 @@ def _level_results(
         out.append(
             evaluate_operators(op_req, rid=rid, level=level, blocking=blocking, contract=contract, index=index, book=book)
         )
-    for workload in req.workloads:
-        out.append(
-            _unknown(
-                f"L{level}.workload.{_slug(workload)}", level, "workload", f"workload {workload}", blocking,
-                "workload runs are not evaluable by opmatrix yet: no evidence, so this promise is unproven",
-            )
-        )
-    if level > EVALUABLE_LEVEL and not req.workloads:
+    if req.distributed is not None:
+        out.append(evaluate_distributed(req.distributed, rid=f"L{level}.distributed.{_slug(req.distributed.name or 'all')}",
+                                        level=level, blocking=blocking, matrix=matrix))
+    for i, workload in enumerate(req.workloads):
+        wreq = WorkloadRequirement(names=[workload]) if isinstance(workload, str) else workload
+        wid = f"L{level}.workload.{_slug(wreq.name) if wreq.name else i}"
+        out += evaluate_workloads(wreq, rid=wid, level=level, blocking=blocking, matrix=matrix)
+    if level > EVALUABLE_LEVEL and not req.workloads and req.distributed is None:
         out.append(
             _unknown(
                 f"L{level}.level", level, "level", f"level {level}: {LEVEL_NAMES[level]}", blocking,
@@ -179,17 +185,14 @@ def _blocking_lines(requirements: list[RequirementResult], checks: list[GateChec
     return lines
 
 
-def evaluate_contract(
-    matrix: Matrix, contract: Contract, *, baseline: Matrix | None = None, today: dt.date | None = None
-) -> GateResult:
-    """Judge ``matrix`` against ``contract`` (and ``baseline``, the previous release's matrix)."""
-    today = today or dt.date.today()
-    index = CellIndex(matrix)
-    book = WaiverBook(contract.waivers, today)
+def _requirement_results(matrix: Matrix, contract: Contract, index: CellIndex, book: WaiverBook
+                         ) -> list[RequirementResult]:
+    """One result per requirement of each level 0-7; a promised level without requirements is unknown."""
     by_level = {req.level: req for req in contract.requirements}
-
     requirements: list[RequirementResult] = []
     for level in range(0, 8):
+        if contract.judged_levels is not None and level not in contract.judged_levels:
+            continue  # judged by another contract of the release
         req = by_level.get(level)
         if req is not None:
             requirements += _level_results(
@@ -203,54 +206,75 @@ def evaluate_contract(
                     "nothing proves the promise",
                 )
             )
-    requirements = _unique_ids(requirements)
+    return _unique_ids(requirements)
 
-    count = matrix.cell_count()
-    checks = [_identity_check(matrix, contract), _cell_count_check(count, baseline.cell_count() if baseline else None,
-                                                                   contract.min_cells_ratio)]
-    regressions, better, missing = [], [], []
-    if baseline is not None:
-        changes = compare_cells(CellIndex(baseline), index, contract.tolerances)
-        regressions = [c.model_copy(update={"cell": book.apply(c.cell)}) for c in changes.worse]
-        better, missing = changes.better, changes.missing
-        unwaived = sum(c.cell.status is CellStatus.failed for c in regressions)
-        waived = len(regressions) - unwaived
-        checks.append(
-            GateCheck(
-                name="baseline",
-                status=Status.failed if unwaived else Status.passed,
-                message=f"{len(regressions)} cells worse than the baseline ({unwaived} blocking, {waived} waived), "
-                f"{len(better)} better, {len(missing)} no longer probed",
-            )
-        )
 
-    waivers = book.reports()
+def _baseline_check(baseline: Matrix, index: CellIndex, contract: Contract, book: WaiverBook
+                    ) -> tuple[GateCheck, list[BaselineChange], list[BaselineChange], list[CellRef]]:
+    """The baseline comparison: its check, the regressions (waivers applied), better and missing cells."""
+    changes = compare_cells(CellIndex(baseline), index, contract.tolerances)
+    regressions = [c.model_copy(update={"cell": book.apply(c.cell)}) for c in changes.worse]
+    better, missing = changes.better, changes.missing
+    unwaived = sum(c.cell.status is CellStatus.failed for c in regressions)
+    waived = len(regressions) - unwaived
+    check = GateCheck(
+        name="baseline",
+        status=Status.failed if unwaived else Status.passed,
+        message=f"{len(regressions)} cells worse than the baseline ({unwaived} blocking, {waived} waived), "
+        f"{len(better)} better, {len(missing)} no longer probed",
+    )
+    return check, regressions, list(better), list(missing)
+
+
+def _waiver_check(waivers: list[WaiverReport]) -> GateCheck:
     expired = [w for w in waivers if w.state is WaiverState.expired]
-    checks.append(
-        GateCheck(
-            name="waivers",
-            status=Status.failed if expired else Status.passed,
-            message="; ".join(
-                f"waiver #{w.index} ({w.match.op}, owner {w.owner}) expired on {w.expires}: renew it or remove it"
-                for w in expired
-            )
-            or f"{len(waivers)} waivers, none expired",
+    return GateCheck(
+        name="waivers",
+        status=Status.failed if expired else Status.passed,
+        message="; ".join(
+            f"waiver #{w.index} ({w.match.op}, owner {w.owner}) expired on {w.expires}: renew it or remove it"
+            for w in expired
         )
+        or f"{len(waivers)} waivers, none expired",
     )
 
-    claimed: set[CellKey] = set()
-    for level_req in contract.requirements:
-        for op_req in level_req.operators:
-            claimed |= claimed_keys(op_req, index)
-    improvements = find_improvements(index, contract, claimed)
 
-    flaky = [
+def _flaky_cells(index: CellIndex) -> list[CellRef]:
+    return [
         CellRef(op=key.op, dtype=key.dtype, rank=key.rank, layout=key.layout, mode=key.mode,
                 conditions=dict(g.conditions), path=g.path, outcome=g.outcome, reason="flaky")
         for key, groups in index.items()
         for g in groups
         if g.flaky
     ]
+
+
+def evaluate_contract(
+    matrix: Matrix, contract: Contract, *, baseline: Matrix | None = None, today: dt.date | None = None
+) -> GateResult:
+    """Judge ``matrix`` against ``contract`` (and ``baseline``, the previous release's matrix)."""
+    today = today or dt.date.today()
+    index = CellIndex(matrix)
+    book = WaiverBook(contract.waivers, today)
+    requirements = _requirement_results(matrix, contract, index, book)
+
+    count = matrix.cell_count()
+    checks = [_identity_check(matrix, contract), distributed_count_check(matrix, contract) or _cell_count_check(
+        count, baseline.cell_count() if baseline else None, contract.min_cells_ratio)]
+    regressions: list[BaselineChange] = []
+    better: list[BaselineChange] = []
+    missing: list[CellRef] = []
+    if baseline is not None:
+        check, regressions, better, missing = _baseline_check(baseline, index, contract, book)
+        checks.append(check)
+    waivers = book.reports()
+    checks.append(_waiver_check(waivers))
+
+    claimed: set[CellKey] = set()
+    for level_req in contract.requirements:
+        for op_req in level_req.operators:
+            claimed |= claimed_keys(op_req, index)
+    improvements = find_improvements(index, contract, claimed)
 
     blocking = _blocking_lines(requirements, checks, [c.cell for c in regressions])
     return GateResult(
@@ -271,5 +295,5 @@ def evaluate_contract(
         improvements=improvements,
         improvement_yaml=improvement_yaml(improvements),
         waivers=waivers,
-        flaky=flaky,
+        flaky=_flaky_cells(index),
     )

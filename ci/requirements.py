@@ -263,7 +263,7 @@ def evaluate_operators(
     status = _status_of(cells)
     failed = sum(c.status is CellStatus.failed for c in cells)
     waived = sum(c.status is CellStatus.waived for c in cells)
-    not_probed = sum(c.status is CellStatus.failed and c.reason.startswith(("not probed", "pattern matched")) for c in cells)
+    not_probed = sum(c.status is CellStatus.failed and not c.probed for c in cells)
     message = f"{len(cells) - failed - waived}/{len(cells)} cells pass"
     if failed:
         message += f", {failed} fail" + (f" ({not_probed} not probed)" if not_probed else "")

@@ -28,11 +28,14 @@ from opmatrix.schema import (
     RuntimeCheck,
     RuntimeRecord,
     TaskRecord,
+    WorkloadRecord,
+    WorkloadResult,
 )
 
 from .compress import CellKey, compress_cells
 from .journal import Record, read_journal
 from .rollup import rollup
+from .workloads import predict_fallback
 
 __all__ = ["build_matrix", "collect_cells", "read_journal", "skip_reason"]
 
@@ -108,6 +111,7 @@ def build_matrix(
     """
     tasks: dict[str, TaskRecord] = {}
     runtime_records: list[RuntimeRecord] = []
+    workloads: list[WorkloadResult] = []
     for record in records:
         if isinstance(record, TaskRecord):
             if record.task in tasks:
@@ -118,14 +122,20 @@ def build_matrix(
             tasks[record.task] = record
         elif isinstance(record, RuntimeRecord):
             runtime_records.append(record)
+        elif isinstance(record, WorkloadRecord):
+            workloads.append(record.result)
         elif not isinstance(record, JournalHeader):
             raise TypeError(f"not a journal record: {type(record).__name__}")
     skipped = {task_id: reason for task_id, task in tasks.items() if (reason := skip_reason(task)) is not None}
     cells = collect_cells(tasks.values())
+    not_run = {f"{task_id} {unit}": why for task_id, task in tasks.items() for unit, why in task.not_run.items()}
+    operators = compress_cells(cells)
     return Matrix(
         backend=backend,
         evidence=evidence,
         runtime=_runtime(runtime, sorted(runtime_records, key=lambda r: r.task)),
-        operators=compress_cells(cells),
+        operators=operators,
         skipped=dict(sorted(skipped.items())),
+        not_run=dict(sorted(not_run.items())),
+        workloads=predict_fallback(sorted(workloads, key=lambda w: w.key()), operators),
     )

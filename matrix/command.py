@@ -33,6 +33,7 @@ from opmatrix.schema import (
 )
 from opmatrix.schema.text import terminal_text
 
+from .contract_line import contract_line
 from .diff import diff_matrices
 from .query import Matrix, UnknownOperatorError, parse_dtype, parse_layout
 
@@ -137,15 +138,19 @@ def query(args: argparse.Namespace) -> int:
 def _print_entries(m: Matrix, op: str, dtype: str | None, rank: int | None, layout: str | None,
                    mode: str, as_json: bool) -> int:
     entries = [
-        e for e in m.operators.get(op, [])
+        e for e in m.model.boxes().get(op, [])
         if e.mode.value == mode
         and (dtype is None or dtype in e.dtypes)
         and (rank is None or rank in e.ranks)
         and (layout is None or layout in e.layouts)
     ]
+    line = contract_line(m.operators.get(op, []))
     if as_json:
-        print(json.dumps({"op": op, "mode": mode, "entries": [model_to_data(e) for e in entries]}, sort_keys=True))
+        print(json.dumps({"op": op, "mode": mode, "contract": line,
+                          "entries": [model_to_data(e) for e in entries]}, sort_keys=True))
         return 0
+    print(f"{op} contract (generated from the matrix): {line}")
+    print(f"{len(entries)} box entr{'y' if len(entries) == 1 else 'ies'} ({mode}) match:")
     if not entries:
         print(f"{op} ({mode}): no probed entry matches; path unknown")
     for e in entries:
@@ -163,6 +168,23 @@ def _print_entries(m: Matrix, op: str, dtype: str | None, rank: int | None, layo
 
 def diff(args: argparse.Namespace) -> int:
     """Print the cells better / worse / new / removed from matrix A to matrix B (exit 0)."""
-    result = diff_matrices(load_matrix(args.a), load_matrix(args.b))
-    sys.stdout.write(result.to_json() + "\n" if args.json else terminal_text(result.render_table()))
+    a, b = load_matrix(args.a), load_matrix(args.b)
+    result = diff_matrices(a, b)
+    from .distributed import diff_distributed, render_distributed
+    from .workloads import diff_workloads, render_workload_diff
+
+    changes, dist = diff_workloads(a.workloads, b.workloads), diff_distributed(a, b)
+    if args.json:
+        import json
+
+        data = json.loads(result.to_json())
+        if a.workloads or b.workloads:
+            data["workloads"] = changes
+        if dist:
+            data["distributed"] = [c.to_dict() for c in dist]
+        sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    else:
+        text = result.render_table() + render_workload_diff(changes)
+        text += render_distributed(dist) if a.distributed or b.distributed else ""
+        sys.stdout.write(terminal_text(text))
     return 0

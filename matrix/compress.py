@@ -12,6 +12,9 @@ The same is tried with layouts before ranks, and the plan with fewer boxes wins 
 first). Every box holds only probed cells, so expanding the entries gives back exactly the
 probed cells, e.g. ``softmax`` float32 + bfloat16 at ranks 2..5, contiguous, ``dim: last`` ->
 one entry. Within a box the results are aggregated (max errors, summed samples).
+
+:func:`compress_cells` then groups each operator's boxes into contract-level entries
+(:mod:`.grouping`: one per mode, path and outcome, the boxes kept as exact ``parts``).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 
 from opmatrix.schema import CellResult, DType, Entry, Layout, Mode, RankRange
 
+from .grouping import group_entries
 from .rollup import aggregate, result_key
 
 __all__ = ["Box", "CellKey", "compress_cells", "compress_op", "cover", "entry_sort_key"]
@@ -149,9 +153,17 @@ def compress_op(cells: Mapping[tuple[Mode, CellKey, tuple[tuple[str, str], ...]]
 
 def compress_cells(
     cells: Mapping[tuple[str, Mode, CellKey, tuple[tuple[str, str], ...]], CellResult],
+    *,
+    contract: bool = True,
 ) -> dict[str, list[Entry]]:
-    """Operator name -> sorted entries, for cells keyed (op, mode, (dtype, rank, layout), conditions)."""
+    """Operator name -> sorted entries, for cells keyed (op, mode, (dtype, rank, layout), conditions).
+
+    ``contract`` (the default) groups each operator's boxes into contract-level entries
+    (:mod:`.grouping`); ``contract=False`` gives the exact boxes themselves (what
+    :meth:`~opmatrix.schema.Matrix.boxes` gives back from the contract-level entries).
+    """
     by_op: dict[str, dict[tuple[Mode, CellKey, tuple[tuple[str, str], ...]], CellResult]] = defaultdict(dict)
     for (op, mode, cell, conditions), result in cells.items():
         by_op[op][mode, cell, conditions] = result
-    return {op: compress_op(by_op[op]) for op in sorted(by_op)}
+    boxes = {op: compress_op(by_op[op]) for op in sorted(by_op)}
+    return {op: group_entries(entries) for op, entries in boxes.items()} if contract else boxes

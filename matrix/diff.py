@@ -176,6 +176,12 @@ def _side(change: CellChange, which: str) -> str:
         return "-"
     if change.kind == "numerics":
         return f"{state.label()} err {state.max_abs_err:.3g}"
+    other: CellState | None = change.after if which == "before" else change.before
+    if other is not None and other.label() == state.label() and state.backward is not None:
+        # the forward is unchanged: say what did change, the first-order backward
+        outcome, path = list(Outcome)[state.backward[0]], list(ExecPath)[state.backward[1]]
+        back = path.value if outcome is Outcome.ok else f"{path.value}/{outcome.value}"
+        return f"{state.label()}, backward {back}"
     return state.label()
 
 
@@ -193,7 +199,7 @@ def _state(entry: Entry) -> CellState:
 def _cells(m: Matrix) -> dict[Cell, dict[Conds, CellState]]:
     """Cell -> condition group -> state (the worst, should two entries cover one group)."""
     out: dict[Cell, dict[Conds, CellState]] = defaultdict(dict)
-    for op, entries in m.operators.items():
+    for op, entries in m.boxes().items():
         for e in entries:
             conds = tuple(sorted(e.conditions.items()))
             state = _state(e)

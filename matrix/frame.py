@@ -35,7 +35,7 @@ _PATHS = [p.value for p in ExecPath]
 
 def _rows(model: Matrix) -> list[tuple[object, ...]]:
     rows: list[tuple[object, ...]] = []
-    for op, entries in model.operators.items():
+    for op, entries in model.boxes().items():
         for e in entries:
             num, ag = e.numerics, e.autograd
             common = (

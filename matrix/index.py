@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from opmatrix.schema import Entry, Evidence
+from opmatrix.schema import CellKey, DType, Entry, Evidence, Layout, Mode
 from opmatrix.schema import Matrix as MatrixModel
 
 from .answer import Answer, cell_answer, decide
@@ -22,7 +22,6 @@ from .answer import Answer, cell_answer, decide
 __all__ = ["CellKey", "Row", "RowKey", "build_rows", "iter_cells"]
 
 RowKey = tuple[str, str, str, str]  # op, dtype, layout, mode
-CellKey = tuple[str, str, int, str, str]  # op, dtype, rank, layout, mode
 Row = list["Answer | None"]
 
 
@@ -79,7 +78,7 @@ def _grouped(op: str, entries: list[Entry], evidence: Evidence) -> dict[RowKey, 
 def build_rows(model: MatrixModel) -> dict[RowKey, Row]:
     """The index of a whole matrix."""
     rows: dict[RowKey, Row] = {}
-    for op, entries in model.operators.items():
+    for op, entries in model.boxes().items():
         part = None if any(e.conditions for e in entries) else _disjoint(op, entries, model.evidence)
         rows.update(part if part is not None else _grouped(op, entries, model.evidence))
     return rows
@@ -88,7 +87,7 @@ def build_rows(model: MatrixModel) -> dict[RowKey, Row]:
 def iter_cells(rows: dict[RowKey, Row]) -> Iterator[tuple[CellKey, Answer]]:
     """Every probed cell key with its answer, sorted by key."""
     cells = [
-        ((op, dtype, rank, layout, mode), answer)
+        (CellKey(op, DType(dtype), rank, Layout(layout), Mode(mode)), answer)
         for (op, dtype, layout, mode), row in rows.items()
         for rank, answer in enumerate(row)
         if answer is not None

@@ -19,7 +19,7 @@ import json
 import os
 from collections.abc import Iterable, Sequence
 
-from opmatrix.schema import JournalHeader, Outcome, RuntimeRecord, TaskRecord
+from opmatrix.schema import JournalHeader, Outcome, RuntimeRecord, TaskRecord, WorkloadRecord
 from opmatrix.schema.journalfile import Record, scan_journal
 
 __all__ = ["Record", "dumps_records", "merge_records", "read_journal"]
@@ -38,7 +38,7 @@ def read_journal(path: str | os.PathLike[str]) -> list[Record]:
     return scan_journal(path).records
 
 
-def _preference(record: TaskRecord | RuntimeRecord) -> tuple[int, int, int, str]:
+def _preference(record: TaskRecord | RuntimeRecord | WorkloadRecord) -> tuple[int, int, int, str]:
     """Higher is preferred: a task that ran to the end, then more cells, then more attempts."""
     if isinstance(record, TaskRecord):
         finished = 1 if record.outcome is Outcome.ok and not record.skipped else 0
@@ -55,7 +55,7 @@ def merge_records(journals: Iterable[Sequence[Record]]) -> list[Record]:
     sorted: headers first, then by kind and task id.
     """
     headers: list[JournalHeader] = []
-    chosen: dict[tuple[str, str], TaskRecord | RuntimeRecord] = {}
+    chosen: dict[tuple[str, str], TaskRecord | RuntimeRecord | WorkloadRecord] = {}
     for records in journals:
         for record in records:
             if isinstance(record, JournalHeader):

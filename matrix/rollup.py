@@ -126,7 +126,15 @@ def _autograd(items: Sequence[Autograd]) -> Autograd | None:
 def _fallback(items: Sequence[FallbackEvidence]) -> FallbackEvidence:
     state = max((f.state for f in items), key=_FALLBACK_RANK.__getitem__)
     sources = sorted({f.source for f in items if f.source})
-    return FallbackEvidence(state=state, ops=_union(f.ops for f in items), source="; ".join(sources) or None)
+    return FallbackEvidence(state=state, ops=_union(f.ops for f in items), source="; ".join(sources) or None,
+                            **_transfers(items))
+
+
+def _transfers(items: Sequence[FallbackEvidence]) -> dict[str, int | None]:
+    """The most copies and bytes per call over ``items`` (like max errors: not part of the key)."""
+    copies = [f.copies_per_call for f in items if f.copies_per_call is not None]
+    moved = [f.bytes_per_call for f in items if f.bytes_per_call is not None]
+    return {"copies_per_call": max(copies) if copies else None, "bytes_per_call": max(moved) if moved else None}
 
 
 def _samples(items: Sequence[CellResult], mixed: bool) -> Samples:
@@ -194,6 +202,8 @@ def aggregate(results: Sequence[CellResult]) -> CellResult:
                 "max_rel_err": _max_opt(n.max_rel_err for n in nums),
             }
         )
+    if first.fallback.copies_per_call is not None or any(r.fallback.copies_per_call for r in results):
+        update["fallback"] = first.fallback.model_copy(update=_transfers([r.fallback for r in results]))
     if first.autograd is not None:
         grads = [r.autograd for r in results if r.autograd is not None]
         update["autograd"] = first.autograd.model_copy(

@@ -24,8 +24,7 @@ from opmatrix.schema import (
     load_contract,
     load_matrix,
 )
-
-__version__ = "0.1.0"
+from opmatrix.schema.version import __version__
 
 _LAZY = {
     "Matrix": "opmatrix.matrix",

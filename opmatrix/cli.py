@@ -30,6 +30,9 @@ HANDLERS: dict[str, str] = {
     "diff": "opmatrix.matrix.command:diff",
     "doctor": "opmatrix.probes.runtime.command:doctor",
     "schema": "opmatrix.cli:_schema",
+    "explain": "opmatrix.explain:command",
+    "bench": "opmatrix.probes.perf.command:bench",
+    "compat": "opmatrix.ci.compatrun:compat",
 }
 
 
@@ -58,12 +61,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtypes", type=_csv, help="comma-separated dtypes (default: the 11 standard ones)")
     p.add_argument("--layouts", type=_csv, help="comma-separated layouts (default: all)")
     p.add_argument("--workers", type=int, help="worker processes (default: cores)")
-    p.add_argument("--threads", type=int, help="torch intra-op threads per worker (default: cores / workers)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch intra-op threads per worker (default 1: probe tensors are small, and on a shared "
+                   "machine two OpenMP threads per worker wait on each other; see README, Performance)")
     p.add_argument("--timeout", type=float, default=60.0, help="deadline per probe task in seconds")
     p.add_argument("--resume", action="store_true", help="continue from DIR/journal.jsonl")
     p.add_argument("--devices", type=_csv, help="device indices to spread workers over, e.g. 0,1")
     p.add_argument("--shard", help="probe slice I of N, as I/N (1-based)")
     p.add_argument("--out", help="output directory (default out/<backend>[-<generation>])")
+    p.add_argument("--suites", type=_csv, help="comma list of runtime, ops, workloads, distributed (default runtime,ops)")
     p.add_argument("--runtime-only", action="store_true", help="run only the level 0/1 runtime checks")
     p.add_argument("--no-runtime", action="store_true", help="skip the runtime checks")
     p.add_argument("--no-compile", action="store_true", help="skip compile-mode probes (same as --compile off)")
@@ -73,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-restarts", type=int, help="abort after this many worker replacements")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--force", action="store_true", help="write into a non-empty --out that opmatrix did not make")
+    from opmatrix.probes.workloads.cli import add_probe_arguments
+
+    add_probe_arguments(p)
 
     p = sub.add_parser("merge", help="merge shard journals -> one matrix")
     p.add_argument("journals", nargs="+", metavar="JOURNAL")
@@ -101,13 +110,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="write into a non-empty --out that opmatrix did not make")
 
     p = sub.add_parser("gate", help="release gate: exit 0 pass, 1 blocked, 2 invalid input")
-    p.add_argument("--matrix", required=True)
+    p.add_argument("--matrix", help="the release's matrix (may be omitted when --records / --compat are given)")
     p.add_argument("--contract", required=True)
     p.add_argument("--baseline", help="previous release's matrix")
     p.add_argument("--junit", metavar="FILE", help="write JUnit XML")
     p.add_argument("--summary", metavar="FILE", help="write a markdown summary")
     p.add_argument("--json", metavar="FILE", nargs="?", const="-", help="write the result as JSON (- = stdout)")
     p.add_argument("--today", help="evaluate waiver expiry as of this date (YYYY-MM-DD)")
+    p.add_argument("--records", metavar="DIR", help="level 6: performance records of this release (opmatrix bench)")
+    p.add_argument("--baseline-records", metavar="DIR", help="level 6: the previous release's performance records")
+    p.add_argument("--compat", metavar="FILE", help="level 7: compat report (opmatrix compat)")
 
     p = sub.add_parser("diff", help="cells better / worse / new / removed between two matrices")
     p.add_argument("a", metavar="A")
@@ -117,15 +129,48 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("doctor", help="level 0/1 diagnostics in bring-up order")
     p.add_argument("--backend", required=True)
     p.add_argument("--generation")
+    p.add_argument("--level", type=int, choices=[1, 5], default=1,
+                   help="1: level 0/1 checks (default); 5: also the distributed suite (collectives, DDP, failures)")
     p.add_argument("--json", action="store_true")
 
+    from opmatrix.explain import add_parser as add_explain
+
+    add_explain(sub)
+    _add_perf_parsers(sub)
+
     p = sub.add_parser("schema", help="print the JSON Schema of an artifact")
-    p.add_argument("kind", choices=["matrix", "contract"])
+    p.add_argument("kind", choices=["matrix", "contract", "perfrecord", "compatreport"])
     return parser
 
 
+def _add_perf_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("bench", help="level 6: measure workloads and hot ops -> DIR/*.yaml performance records")
+    p.add_argument("--backend", required=True)
+    p.add_argument("--generation")
+    p.add_argument("--workloads", type=_csv, help="comma-separated workloads (default mlp,cnn unless --ops)")
+    p.add_argument("--ops", type=_csv, help="comma-separated hot operators, e.g. add,mm")
+    p.add_argument("--modes", type=_csv, default=["eager", "compile"], help="workload modes (default eager,compile)")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--warmup", type=int, default=10, help="untimed iterations before measuring")
+    p.add_argument("--repetitions", type=int, default=15, help="timed windows per run")
+    p.add_argument("--runs", type=int, default=3, help="separate processes per subject, interleaved (default 3)")
+    p.add_argument("--window-ms", type=float, default=20.0, help="target duration of one timed window")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1: reproducible)")
+    p.add_argument("--timeout", type=float, default=600.0, help="deadline per measured subject in seconds")
+    p.add_argument("--slowdown", type=float, default=1.0, help="testing: make every window this much slower")
+    p.add_argument("--out", required=True, help="output directory")
+
+    p = sub.add_parser("compat", help="level 7: probe the op set under each promised torch version")
+    p.add_argument("--backend", default="cpu")
+    p.add_argument("--torch", type=_csv, required=True, help="torch versions, e.g. 2.9.0,2.13.0")
+    p.add_argument("--ops", type=_csv, default=["add", "mul", "mm", "softmax"])
+    p.add_argument("--timeout", type=float, default=600.0)
+    p.add_argument("--out", required=True, help="output directory (compat.yaml, one matrix per version)")
+
+
 def _validate(args: argparse.Namespace) -> int:
-    from opmatrix.schema import ArtifactError, Contract, Matrix, validate_file
+    from opmatrix.schema import ArtifactError, Contract, Matrix, count_matrix, validate_file
 
     bad = 0
     for path in args.files:
@@ -139,7 +184,7 @@ def _validate(args: argparse.Namespace) -> int:
                 print(terminal_text(line), file=sys.stderr)
             continue
         if isinstance(model, Matrix):
-            what = f"matrix, {len(model.operators)} operators, {model.cell_count()} cells"
+            what = f"matrix, {count_matrix(model).line()}"
         elif isinstance(model, Contract):
             what = f"contract, release {model.release}, level {model.level}"
         else:  # pragma: no cover - validate_file returns one of the two
@@ -185,7 +230,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from opmatrix.schema import ArtifactError
 
     try:
-        return int(handler(args))
+        code = int(handler(args))
+        sys.stdout.flush()  # a closed pipe (``| head``) surfaces here, inside the handler below
+        return code
+    except BrokenPipeError:  # the reader stopped reading: not an error of ours (before OSError, its base)
+        _silence_stdout()
+        return 0
     except (ArtifactError, UsageError) as exc:
         from opmatrix.schema.text import terminal_text
 
@@ -198,8 +248,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("opmatrix: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        return 0
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush does not fail again."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def run() -> None:

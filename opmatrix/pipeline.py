@@ -22,7 +22,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from opmatrix.schema import ArtifactError, BackendId, JournalHeader, UsageError, dump_model, write_text_atomic
+from opmatrix.schema import (
+    ArtifactError,
+    BackendId,
+    JournalHeader,
+    UsageError,
+    count_matrix,
+    dump_model,
+    write_text_atomic,
+)
 from opmatrix.schema.journalfile import Record, scan_journal
 from opmatrix.schema.outdir import DirClaim, check_out_path, claim_dir
 
@@ -101,18 +109,22 @@ def _build(plan: Any, summary: Any) -> Any:
 def _report(plan: Any, summary: Any, matrix: Any) -> int:
     identity: BackendId = plan.backend_id
     faults = {k: v for k, v in sorted(summary.faults.items()) if v}
-    paths = ", ".join(f"{k} {v}" for k, v in sorted(summary.paths.items()))
     print(f"{identity.name}{'/' + identity.generation if identity.generation else ''}: "
-          f"{summary.recorded}/{summary.planned} tasks ({summary.reused} reused), {matrix.cell_count()} cells "
-          f"in {len(matrix.operators)} operators, {len(matrix.skipped)} skipped task(s), {summary.seconds:.1f} s")
-    if paths:
-        print(f"cells by path: {paths}")
+          f"{summary.recorded}/{summary.planned} tasks ({summary.reused} reused), {len(matrix.skipped)} skipped "
+          f"task(s), {summary.seconds:.1f} s")
+    print(f"matrix: {count_matrix(matrix).line()}")
     if faults:
         print("faulted cells: " + ", ".join(f"{k} {v}" for k, v in faults.items()))
+    from opmatrix.probes.workloads.cli import summary_lines
+
+    for line in summary_lines(matrix.workloads):
+        print(line)
     print(f"journal: {plan.out / JOURNAL}")
     print(f"matrix:  {plan.out / 'matrix.yaml'}")
     if summary.aborted:
         print(f"aborted: {summary.message}", file=sys.stderr)
+        return 1
+    if matrix.distributed and any(c.outcome.value in _PROCESS_FAULTS for c in matrix.distributed.cases):
         return 1
     return 1 if any(faults.get(k) for k in _PROCESS_FAULTS) else 0
 
@@ -148,6 +160,10 @@ def probe(args: argparse.Namespace) -> int:
         if summary.interrupted:  # the runner has said how many are recorded and how to resume
             return 130
         matrix = _build(plan, summary)
+        if "distributed" in plan.suites:
+            from opmatrix.probes.distributed.command import attach_distributed
+
+            matrix = attach_distributed(matrix, args, plan.out)
         dump_model(matrix, plan.out / "matrix.yaml", command=plan.command)
     return _report(plan, summary, matrix)
 

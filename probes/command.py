@@ -145,6 +145,7 @@ class ProbePlan:
     shard: tuple[int, int] | None = None
     devices: list[int] | None = None
     run_options: dict[str, Any] = field(default_factory=dict)
+    suites: frozenset[str] = frozenset({"runtime", "ops"})
 
 
 def _check_numbers(args: argparse.Namespace) -> None:
@@ -216,18 +217,24 @@ def plan_probe(args: argparse.Namespace) -> ProbePlan:
     out = Path(args.out or f"out/{args.backend.replace(':', '_')}{'-' + args.generation if args.generation else ''}")
     command = "opmatrix " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else "opmatrix probe"
     started = _now()
-    tasks, source, names, options = _op_tasks(args, dtypes, layouts)
-    if not args.no_runtime:
+    from opmatrix.probes.workloads.cli import resolve_suites, workload_tasks
+
+    suites = resolve_suites(args)
+    tasks, source, names, options = _op_tasks(args, dtypes, layouts) if "ops" in suites else ([], None, [], {})
+    if "runtime" in suites:
         tasks = _runtime_tasks(args.backend, args.generation) + tasks
+    if "workloads" in suites:
+        tasks += workload_tasks(args)
     identity = RunIdentity(
         backend=args.backend, generation=adapter.generation, adapter=f"{type(adapter).__module__}.{type(adapter).__qualname__}",
-        ops=names, dtypes=[] if args.runtime_only else dtypes, layouts=layouts,
-        runtime="only" if args.runtime_only else "off" if args.no_runtime else "on",
-        options={k: v for k, v in options.items() if not isinstance(v, list)}, shard=args.shard or None,
-        op_source_hash=source.hash if source else "",
+        ops=names, dtypes=dtypes if "ops" in suites else [], layouts=layouts,
+        runtime="only" if suites == {"runtime"} else "on" if "runtime" in suites else "off",
+        options={**{k: v for k, v in options.items() if not isinstance(v, list)}, "suites": ",".join(sorted(suites)),
+                 "workloads": ",".join(t.id for t in tasks if t.kind == "workload")},
+        shard=args.shard or None, op_source_hash=source.hash if source else "",
     )
     return ProbePlan(
         adapter=adapter, backend_id=_identity(adapter), out=out, command=command, started=started, tasks=tasks,
         planned=tasks if shard is None else _shard_of(tasks, shard), identity=identity, source=source, shard=shard,
-        devices=[int(d) for d in args.devices] if args.devices else None,
+        devices=[int(d) for d in args.devices] if args.devices else None, suites=frozenset(suites),
     )

@@ -6,7 +6,7 @@ import argparse
 import shlex
 import sys
 
-from opmatrix.schema import load_matrix
+from opmatrix.schema import count_matrix, load_matrix
 from opmatrix.schema.outdir import claim_dir
 
 from .gate import load_gate
@@ -36,6 +36,7 @@ def report(args: argparse.Namespace) -> int:
         for note in claim.notes:
             print(note, file=sys.stderr)
         result = render_site(matrix, args.out, baseline=baseline, gate=gate, command=command, source=args.matrix)
+    print(f"matrix: {count_matrix(matrix).line()}", file=sys.stderr)
     print(
         f"wrote {len(result.written)} files ({result.unchanged} unchanged"
         f"{f', {len(result.removed)} removed' if result.removed else ''}) to {args.out}",

@@ -1,7 +1,8 @@
 """The release gate's verdict as the index shows it, read leniently from ``opmatrix gate --json``.
 
-The gate's JSON is another subsystem's product, so this reads only what it needs and shows the
-rest as it is: a verdict (``verdict``, else ``passed``), the scalar fields beside it, and every
+A file that validates as :class:`opmatrix.schema.GateResult` gives its verdict from the typed
+fields; anything else is read leniently (``verdict``, else ``passed``). The view shows the
+scalar fields beside the verdict, and every
 list as a table, requirement results (``requirements``, ``results`` ...) first; nested lists are
 counted and long texts cut, so a gate result of any size keeps the index small::
 
@@ -18,7 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from opmatrix.schema import ArtifactError, Matrix
+from pydantic import ValidationError
+
+from opmatrix.schema import ArtifactError, GateResult, Matrix
 
 __all__ = ["GateRow", "GateTable", "GateView", "check_gate_pair", "gate_view", "load_gate"]
 
@@ -125,10 +128,14 @@ def _table(name: str, items: list[Any]) -> GateTable:
     return GateTable(name=name, columns=columns, rows=rows, total=len(dict_items))
 
 
-def gate_view(data: Any) -> GateView:
-    """Normalise a gate result of any reasonable shape into what the index shows."""
-    if not isinstance(data, Mapping):
-        return GateView(verdict="unreadable", passed=None, fields=[("value", _text(data))])
+def _verdict(data: Mapping[str, Any]) -> tuple[str, bool | None]:
+    """The verdict and whether it passed: typed fields of a :class:`GateResult`, else read leniently."""
+    try:
+        result = GateResult.model_validate(data)
+    except ValidationError:
+        result = None
+    if result is not None:
+        return str(result.verdict), result.passed
     passed: bool | None = data["passed"] if isinstance(data.get("passed"), bool) else None
     verdict = _text(data.get("verdict", "")).strip()
     if not verdict:
@@ -136,6 +143,14 @@ def gate_view(data: Any) -> GateView:
     if passed is None:
         tone = _tone(verdict)
         passed = None if tone is None else tone == "pass"
+    return verdict, passed
+
+
+def gate_view(data: Any) -> GateView:
+    """Normalise a gate result of any reasonable shape into what the index shows."""
+    if not isinstance(data, Mapping):
+        return GateView(verdict="unreadable", passed=None, fields=[("value", _text(data))])
+    verdict, passed = _verdict(data)
     fields = [
         (str(k), _text(v, limit=20 * MAX_TEXT))
         for k, v in data.items()

@@ -22,6 +22,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
+from opmatrix.matrix.contract_line import contract_line
 from opmatrix.schema import ExecPath, Matrix
 from opmatrix.schema.conditions import describe
 
@@ -34,6 +35,7 @@ from .summary import (
     PATH_MEANING,
     PATH_SYMBOL,
     PATHS,
+    conditions_text,
     coverage,
     dtype_columns,
     entry_cells,
@@ -74,7 +76,8 @@ def _environment() -> jinja2.Environment:
         PATH_SYMBOL={p.value: s for p, s in PATH_SYMBOL.items()},
         PATH_MEANING={p.value: s for p, s in PATH_MEANING.items()},
     )
-    env.filters.update(ranks_text=ranks_text, describe=describe, symbol=lambda p: PATH_SYMBOL[ExecPath(p)])
+    env.filters.update(ranks_text=ranks_text, describe=describe, symbol=lambda p: PATH_SYMBOL[ExecPath(p)],
+                       conditions_text=conditions_text)
     return env
 
 
@@ -122,6 +125,7 @@ def render_site(
         "matrix": matrix,
         "identity": _identity(matrix),
         "has_diff": diff is not None,
+        "has_workloads": bool(matrix.workloads),
     }
 
     for name in sorted(os.listdir(STATIC)):
@@ -145,18 +149,22 @@ def render_site(
     links = dict(pages)
     for op in sorted(matrix.operators):
         entries = matrix.operators[op]
+        boxes = [box for e in entries for box in e.boxes()]
         html = op_template.render(
             **common,
             root="../",
             page="op",
             op=op,
             entries=entries,
-            op_total=sum(entry_cells(e) * len(e.dtypes) for e in entries),
-            by_dtype=op_counts(entries, dtypes),
+            op_total=sum(entry_cells(e) * len(e.dtypes) for e in boxes),
+            by_dtype=op_counts(boxes, dtypes),
+            contract=contract_line(entries),
             links=links,
         )
         files.add(f"{OPS_DIR}/{pages[op]}", html)
 
+    if matrix.workloads:
+        files.add("workloads.html", env.get_template("workloads.html").render(**common, root="", page="workloads"))
     if diff is not None and baseline is not None:
         html = env.get_template("diff.html").render(
             **common, root="", page="diff", diff=diff, baseline=baseline, links=links, ops_dir=OPS_DIR

@@ -1,14 +1,16 @@
 """What the pages show, computed from a matrix: path legend, coverage counts, the op x dtype grid.
 
-An operator x dtype grid cell stands for many probed cells (ranks x layouts x conditions). It
-shows the path most of them took (ties go to the worse path) as a letter, the other paths seen as
-small letters beside it, and a tooltip with the rank and layout detail of every entry::
+An operator x dtype grid cell stands for many probed cells (ranks x layouts x conditions). Its big
+letter is the path of the main condition group (a plain eager call on contiguous input, without a
+special argument such as a ``dtype=`` override; ties go to the worse path), the other paths seen
+are small letters beside it, wrong values and faults are marked, and a tooltip gives the rank and
+layout detail of every entry::
 
     >>> PATH_SYMBOL[ExecPath.fallback]
     'F'
 
-Grid cells summarise eager-mode entries; an (op, dtype) probed only through ``torch.compile``
-shows its compile-mode entries instead, and says so in its tooltip. Coverage counts are plain
+Grid cells summarise eager-mode entries; an (op, dtype) that runs only through ``torch.compile``
+shows its compile-mode path (``D``), and says so in its tooltip. Coverage counts are plain
 cell counts over every entry, so they add up to ``Matrix.cell_count()``.
 """
 
@@ -18,7 +20,18 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from opmatrix.schema import DEFAULT_DTYPES, DType, Entry, ExecPath, FallbackState, Matrix, Mode, Outcome
+from opmatrix.schema import (
+    DEFAULT_DTYPES,
+    DType,
+    Entry,
+    EntryPart,
+    ExecPath,
+    FallbackState,
+    Layout,
+    Matrix,
+    Mode,
+    Outcome,
+)
 from opmatrix.schema.conditions import describe
 from opmatrix.schema.enums import DTYPES
 
@@ -27,6 +40,7 @@ __all__ = [
     "PATH_SYMBOL",
     "PATH_MEANING",
     "Coverage",
+    "conditions_text",
     "GridCell",
     "OpRow",
     "coverage",
@@ -46,6 +60,7 @@ PATH_SYMBOL: dict[ExecPath, str] = {
     ExecPath.decomposed: "D",
     ExecPath.fallback: "F",
     ExecPath.rejected: "R",
+    ExecPath.unknown: "?",
 }
 
 PATH_MEANING: dict[ExecPath, str] = {
@@ -54,6 +69,7 @@ PATH_MEANING: dict[ExecPath, str] = {
     ExecPath.decomposed: "eager unavailable; the backend's compile path runs it (graph only)",
     ExecPath.fallback: "the call or a component op ran on the host (CPU fallback)",
     ExecPath.rejected: "failed cleanly with an actionable error",
+    ExecPath.unknown: "the call faulted (crashed or hung) before its path could be observed",
 }
 
 #: Most lines a grid tooltip shows before it says how many more there are.
@@ -65,7 +81,15 @@ def entry_cells(entry: Entry) -> int:
     return len(entry.ranks.ranks()) * len(entry.layouts)
 
 
-def ranks_text(entry: Entry) -> str:
+def conditions_text(entry: Entry) -> str:
+    """The argument conditions of an entry, or of each of its parts: ``dim=last / any``."""
+    if not entry.parts:
+        return describe(entry.conditions)
+    seen = list(dict.fromkeys(describe(p.conditions) for p in entry.parts))
+    return " / ".join(seen)
+
+
+def ranks_text(entry: Entry | EntryPart) -> str:
     """``rank 3`` or ``ranks 1-5``."""
     lo, hi = entry.ranks.min, entry.ranks.max
     return f"rank {lo}" if lo == hi else f"ranks {lo}\u2013{hi}"
@@ -121,7 +145,7 @@ def coverage(matrix: Matrix) -> Coverage:
     counts: dict[DType, Counter[ExecPath]] = {d: Counter() for d in dtypes}
     outcomes: Counter[Outcome] = Counter()
     observed = 0
-    for entries in matrix.operators.values():
+    for entries in matrix.boxes().values():
         for entry in entries:
             n = entry_cells(entry)
             for dtype in entry.dtypes:
@@ -173,16 +197,37 @@ def _entry_line(entry: Entry) -> str:
     return " \u00b7 ".join(parts)
 
 
+def _main_group(entries: Sequence[Entry]) -> tuple[list[Entry], str]:
+    """The boxes the big letter speaks for, and a note for the tooltip.
+
+    The main condition group is a plain call: eager, no special argument such as a ``dtype=``
+    override, contiguous input where that was probed. An (op, dtype) that only runs through
+    ``torch.compile`` (eager rejected, compile ok) shows its compile-mode path: ``D``.
+    """
+    eager = [e for e in entries if e.mode is Mode.eager]
+    plain = [e for e in eager if "dtype" not in e.conditions] or eager
+    runs = [e for e in plain if e.outcome is not Outcome.ok or e.path is not ExecPath.rejected]
+    compiled = [e for e in entries if e.mode is Mode.compile and e.outcome is Outcome.ok
+                and e.path is not ExecPath.rejected]
+    if not eager:
+        return list(entries), " (compile mode only)"
+    if not runs and compiled:
+        return compiled, " (eager rejected; runs through torch.compile)"
+    contiguous = [e for e in plain if Layout.contiguous in e.layouts]
+    return contiguous or plain, ""
+
+
 def _grid_cell(op: str, dtype: DType, entries: Sequence[Entry]) -> GridCell:
+    main, note = _main_group(entries)
+    weight: Counter[ExecPath] = Counter()
+    for entry in main:
+        weight[entry.path] += entry_cells(entry)
+    # most cells of the main group wins; on a tie the worse path, so it never flatters the backend
+    primary = max(weight, key=lambda p: (weight[p], p.rank))
     eager = [e for e in entries if e.mode is Mode.eager]
     shown = eager or list(entries)
-    weight: Counter[ExecPath] = Counter()
-    for entry in shown:
-        weight[entry.path] += entry_cells(entry)
-    # most cells wins; on a tie the worse path, so a summary never flatters the backend
-    primary = max(weight, key=lambda p: (weight[p], p.rank))
-    others = tuple(sorted(p for p in weight if p is not primary))
-    lines = [f"{op} \u00b7 {dtype.value}" + ("" if eager else " (compile mode only)")]
+    others = tuple(sorted({e.path for e in shown if e.path is not primary}))
+    lines = [f"{op} \u00b7 {dtype.value}: {primary.value} for a plain call{note}"]
     body = sorted(shown, key=lambda e: (e.path.rank, e.ranks.min, e.ranks.max))
     lines += [_entry_line(e) for e in body[:_TOOLTIP_LINES]]
     if len(body) > _TOOLTIP_LINES:
@@ -190,9 +235,9 @@ def _grid_cell(op: str, dtype: DType, entries: Sequence[Entry]) -> GridCell:
     return GridCell(
         primary=primary,
         others=others,
-        wrong=any(e.outcome is Outcome.wrong for e in shown),
-        fault=any(e.outcome.is_fault for e in shown),
-        fallback=any(e.path is ExecPath.fallback or e.fallback.state is FallbackState.observed for e in shown),
+        wrong=any(e.outcome is Outcome.wrong for e in entries),
+        fault=any(e.outcome.is_fault for e in entries),
+        fallback=any(e.path is ExecPath.fallback or e.fallback.state is FallbackState.observed for e in entries),
         title="\n".join(lines),
     )
 
@@ -203,7 +248,7 @@ def grid_rows(matrix: Matrix, dtypes: Iterable[DType], pages: dict[str, str]) ->
     rows = []
     for op in sorted(matrix.operators):
         by_dtype: dict[DType, list[Entry]] = defaultdict(list)
-        for entry in matrix.operators[op]:
+        for entry in matrix.boxes()[op]:
             for dtype in entry.dtypes:
                 by_dtype[dtype].append(entry)
         cells = tuple(_grid_cell(op, d, by_dtype[d]) if d in by_dtype else None for d in columns)

@@ -11,20 +11,24 @@ ATen overloads to entries of cells with identical results::
 from .base import Model, RankRange
 from .conditions import TENSOR, describe, features_of, matches
 from .contract import Contract, LevelRequirement, OperatorRequirement, ToleranceOverride, Waiver, WaiverMatch
+from .counts import MatrixCounts, count_matrix
 from .enums import (
     DEFAULT_DTYPES,
+    PROCESS_FAULTS,
     ApiService,
     CheckResult,
     DType,
     ExecPath,
     FallbackPolicy,
     FallbackState,
+    FaultOutcome,
     FlakyPolicy,
     Layout,
     Mode,
     Outcome,
     ReferenceKind,
 )
+from .gate import GateResult
 from .io import (
     ArtifactError,
     UsageError,
@@ -51,6 +55,7 @@ from .matrix import (
     CellResult,
     DeviceInfo,
     Entry,
+    EntryPart,
     ErrorInfo,
     Evidence,
     FallbackEvidence,
@@ -61,16 +66,19 @@ from .matrix import (
     RuntimeCheck,
     Samples,
 )
+from .names import CellKey, OpName
+from .workloads import WorkloadRecord, WorkloadRequirement, WorkloadResult, WorkloadStep
 
 __all__ = [
-    "SCHEMA_VERSION", "DEFAULT_DTYPES", "TENSOR",
+    "SCHEMA_VERSION", "DEFAULT_DTYPES", "PROCESS_FAULTS", "TENSOR", "CellKey", "FaultOutcome", "GateResult", "OpName",
     "ApiCoverage", "ApiService", "ArtifactError", "Autograd", "BackendId", "CellRecord", "CellResult",
-    "CheckResult", "Contract", "DType", "DeviceInfo", "Entry", "ErrorInfo", "Evidence", "ExecPath",
+    "CheckResult", "Contract", "DType", "DeviceInfo", "Entry", "EntryPart", "ErrorInfo", "Evidence", "ExecPath",
     "FallbackEvidence", "FallbackPolicy", "FallbackState", "FlakyPolicy", "JournalHeader", "Layout",
     "LevelRequirement", "Matrix", "Mode", "Model", "Numerics", "OpSource", "OperatorRequirement",
     "Outcome", "RankRange", "ReferenceKind", "Runtime", "RuntimeCheck", "RuntimeRecord", "Samples",
     "TaskRecord", "ToleranceOverride", "UsageError", "Waiver", "WaiverMatch",
-    "describe", "dump_model", "dump_yaml", "dumps_model", "features_of", "json_schema", "load_contract",
+    "MatrixCounts", "count_matrix", "describe", "dump_model", "dump_yaml", "dumps_model", "features_of", "json_schema", "load_contract",
+    "WorkloadRecord", "WorkloadRequirement", "WorkloadResult", "WorkloadStep",
     "load_document", "load_matrix", "load_model", "loads_yaml", "matches", "model_to_data",
     "validate_data", "validate_file", "write_text_atomic",
 ]

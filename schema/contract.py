@@ -29,7 +29,10 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from .base import Model, RankRange
+from .distributed import DistributedRequirement
 from .enums import DType, ExecPath, FallbackPolicy, FlakyPolicy, Layout, Mode
+from .perf import CompatRequirement, PerfRequirement
+from .workloads import WorkloadRequirement
 
 __all__ = ["Contract", "LevelRequirement", "OperatorRequirement", "ToleranceOverride", "Waiver", "WaiverMatch"]
 
@@ -65,7 +68,12 @@ class LevelRequirement(Model):
     level: int = Field(ge=0, le=7)
     checks: list[str] = Field(default_factory=list, description="runtime checks by name (levels 0-1)")
     operators: list[OperatorRequirement] = Field(default_factory=list)
-    workloads: list[str] = Field(default_factory=list, description="levels 3+: not evaluable yet")
+    workloads: list[WorkloadRequirement | str] = Field(
+        default_factory=list, description="levels 3/4: workload requirements (a bare name: it must run, eager float32)"
+    )
+    distributed: DistributedRequirement | None = Field(default=None, description="level 5: distributed cases")
+    perf: PerfRequirement | None = Field(default=None, description="level 6: records vs the baseline's")
+    compat: CompatRequirement | None = Field(default=None, description="level 7: the promised version window")
     description: str | None = None
 
 
@@ -116,6 +124,10 @@ class Contract(Model):
     tolerances: list[ToleranceOverride] = Field(default_factory=list)
     waivers: list[Waiver] = Field(default_factory=list)
     min_cells_ratio: float = Field(default=0.95, ge=0, le=1, description="vs the baseline's cell count")
+    judged_levels: list[int] | None = Field(
+        default=None, description="judge only these levels (e.g. [5] for a distributed add-on contract whose lower "
+        "levels the release's main contract judges); default: every level up to `level`",
+    )
 
     @model_validator(mode="after")
     def _levels_unique(self) -> Contract:

@@ -58,6 +58,9 @@ class ExecPath(_Ordered):
     decomposed = "decomposed"  # eager unavailable; the backend's compile path runs it
     fallback = "fallback"  # the call or one of its component ops ran on the host
     rejected = "rejected"  # the call failed cleanly with an actionable error
+    #: a crashed or hung call whose kernel the dispatcher's registrations do not name (never
+    #: ``rejected``: a fault is not a clean, actionable error)
+    unknown = "unknown"
 
 
 class Outcome(_Ordered):
@@ -74,7 +77,34 @@ class Outcome(_Ordered):
     @property
     def is_fault(self) -> bool:
         """A fault is an outcome where the probe itself broke (not a numerics verdict)."""
-        return self in (Outcome.error, Outcome.oom, Outcome.hung, Outcome.crashed, Outcome.poisoned)
+        return self._value_ in FaultOutcome._value2member_map_
+
+    @property
+    def fault(self) -> FaultOutcome | None:
+        """This outcome as a :class:`FaultOutcome`, or None when it is not a fault."""
+        return FaultOutcome._value2member_map_.get(self._value_)  # type: ignore[return-value]
+
+
+class FaultOutcome(str, enum.Enum):
+    """The outcomes where the probe itself broke (a subset of ``Outcome``, same values)."""
+
+    error = "error"  # an unexpected exception that is not a clean rejection
+    oom = "oom"  # device memory exhausted
+    hung = "hung"  # the deadline passed
+    crashed = "crashed"  # the process died
+    poisoned = "poisoned"  # the device was unusable afterwards
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def ends_process(self) -> bool:
+        """Whether the worker process had to be replaced (crashed, hung, poisoned)."""
+        return self in PROCESS_FAULTS
+
+
+#: faults after which the worker process is replaced; a run with any of them exits 1
+PROCESS_FAULTS = frozenset({FaultOutcome.crashed, FaultOutcome.hung, FaultOutcome.poisoned})
 
 
 class Layout(str, enum.Enum):

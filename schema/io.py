@@ -17,8 +17,6 @@ from __future__ import annotations
 import difflib
 import enum
 import os
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -26,8 +24,15 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from .contract import Contract
+from .files import write_text_atomic
 from .lines import LineIndex
 from .matrix import Matrix
+from .perf import CompatReport, PerfRecord
+from .sidecar import load_cached
+from .yamlload import HAVE_LIBYAML, ArtifactError, loads_yaml
+
+#: artifacts that name their kind in a top-level ``kind`` field
+_KINDS: dict[str, type[BaseModel]] = {"perf-record": PerfRecord, "compat-report": CompatReport}
 
 __all__ = [
     "UsageError",
@@ -45,98 +50,11 @@ __all__ = [
     "write_text_atomic",
 ]
 
-HAVE_LIBYAML = bool(getattr(yaml, "__with_libyaml__", False))
 M = TypeVar("M", bound=BaseModel)
 
 
 class UsageError(ValueError):
     """Invalid input named on the command line (unknown backend, op, dtype ...): exit 2."""
-
-
-class ArtifactError(ValueError):
-    """An artifact could not be read: every message names the file and where inside it."""
-
-    def __init__(self, messages: list[str]):
-        self.messages = messages
-        super().__init__("\n".join(messages))
-
-
-def _loader_base(pure: bool) -> type:
-    if HAVE_LIBYAML and not pure:
-        return yaml.CSafeLoader  # type: ignore[no-any-return]
-    return yaml.SafeLoader
-
-
-def _make_loader(pure: bool) -> type:
-    base = _loader_base(pure)
-
-    class StrictLoader(base):  # type: ignore[valid-type, misc]
-        """Safe loader that rejects duplicate keys (SafeLoader silently keeps the last one)."""
-
-    def construct_object(loader: Any, node: yaml.Node, deep: bool = False) -> Any:
-        if node in loader.constructed_objects or node in loader.recursive_objects:
-            raise yaml.constructor.ConstructorError(
-                None, None, "YAML aliases (*name) are not allowed in opmatrix artifacts; write the value out",
-                node.start_mark,
-            )
-        return base.construct_object(loader, node, deep=deep)  # type: ignore[attr-defined]
-
-    StrictLoader.construct_object = construct_object  # type: ignore[method-assign]
-
-    def construct_mapping(loader: Any, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        loader.flatten_mapping(node)
-        out: dict[Any, Any] = {}
-        first_line: dict[Any, int] = {}
-        for key_node, value_node in node.value:
-            key = loader.construct_object(key_node, deep=deep)
-            try:
-                hash(key)
-            except TypeError:
-                raise yaml.constructor.ConstructorError(
-                    None, None, "a mapping key must be a plain scalar", key_node.start_mark
-                ) from None
-            line = key_node.start_mark.line + 1
-            if key in out:
-                raise yaml.constructor.ConstructorError(
-                    None,
-                    None,
-                    f"duplicate key {key!r} (first at line {first_line[key]}); remove one of them",
-                    key_node.start_mark,
-                )
-            first_line[key] = line
-            out[key] = loader.construct_object(value_node, deep=deep)
-        return out
-
-    StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
-    return StrictLoader
-
-
-_LOADERS: dict[bool, type] = {}
-
-
-def _loader(pure: bool) -> type:
-    if pure not in _LOADERS:
-        _LOADERS[pure] = _make_loader(pure)
-    return _LOADERS[pure]
-
-
-def loads_yaml(text: str, where: str = "<string>", *, pure: bool = False) -> Any:
-    """Parse YAML text safely; errors become :class:`ArtifactError` naming ``where`` and the line."""
-    try:
-        return yaml.load(text, Loader=_loader(pure))  # noqa: S506 - a SafeLoader subclass
-    except yaml.constructor.ConstructorError as exc:
-        line = exc.problem_mark.line + 1 if exc.problem_mark else "?"
-        problem = exc.problem or str(exc)
-        if "could not determine a constructor" in problem:
-            tag = problem.split("tag", 1)[-1].strip().strip("'")
-            tag = tag.replace("tag:yaml.org,2002:", "!!")
-            problem = f"YAML tag {tag!r} is not allowed: opmatrix reads plain YAML only (nothing in a file runs)"
-        raise ArtifactError([f"{where}:{line}: {problem}"]) from None
-    except yaml.MarkedYAMLError as exc:
-        line = exc.problem_mark.line + 1 if exc.problem_mark else "?"
-        raise ArtifactError([f"{where}:{line}: malformed YAML: {exc.problem}"]) from None
-    except yaml.YAMLError as exc:
-        raise ArtifactError([f"{where}: malformed YAML: {exc}"]) from None
 
 
 def _read(path: str | os.PathLike[str]) -> str:
@@ -263,8 +181,14 @@ def load_model(path: str | os.PathLike[str], model: type[M], *, pure: bool = Fal
 
 
 def load_matrix(path: str | os.PathLike[str], *, pure: bool = False) -> Matrix:
-    """Load a matrix file (strictly)."""
-    return load_model(path, Matrix, pure=pure)
+    """Load a matrix file (strictly); bytes loaded before come from the validated-model cache."""
+    if pure:
+        return load_model(path, Matrix, pure=True)
+
+    def parse(text: str, where: str) -> Matrix:
+        return validate_data(loads_yaml(text, where), Matrix, where, text)
+
+    return load_cached(path, Matrix, parse, lambda: load_model(path, Matrix))
 
 
 def load_contract(path: str | os.PathLike[str]) -> Contract:
@@ -276,6 +200,8 @@ def kind_of(data: Any) -> type[BaseModel] | None:
     """Which artifact a parsed document is: a matrix has ``operators``, a contract ``level``."""
     if not isinstance(data, dict):
         return None
+    if data.get("kind") in _KINDS:
+        return _KINDS[data["kind"]]
     if "operators" in data or "backend" in data and isinstance(data.get("backend"), dict):
         return Matrix
     if "level" in data or "requirements" in data or "release" in data:
@@ -358,40 +284,15 @@ def dumps_model(model: BaseModel, *, command: str = "", pure: bool = False) -> s
     if isinstance(model, Matrix):
         model = model.seal()  # counts and digest: a cut or edited copy is detected on load
     kind = type(model).__name__.lower()
-    header = f"opmatrix {kind}, schema version 1 (JSON Schema: `opmatrix schema {kind}`)."
+    version = getattr(model, "schema_version", None)
+    shown = f", schema version {version}" if version is not None else ""
+    header = f"opmatrix {kind}{shown} (JSON Schema: `opmatrix schema {kind}`)."
     if command:
         header += f"\nGenerated by: {command}\nRegenerate it with the same command; do not edit by hand."
     return dump_yaml(model_to_data(model), header=header, pure=pure)
-
-
-def write_text_atomic(path: str | os.PathLike[str], text: str) -> bool:
-    """Write ``text`` to ``path`` atomically, only when it differs; True when written."""
-    target = Path(path)
-    try:
-        if target.read_text(encoding="utf-8") == text:
-            return False
-    except (FileNotFoundError, UnicodeDecodeError, IsADirectoryError):
-        pass
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return True
 
 
 def dump_model(model: BaseModel, path: str | os.PathLike[str], *, command: str = "") -> bool:
     """Write an artifact to ``path`` (atomic, only if changed); True when written."""
     return write_text_atomic(path, dumps_model(model, command=command))
 
-
-Loader = Callable[[str], BaseModel]

@@ -47,6 +47,10 @@ class TaskRecord(Model):
     seconds: float = Field(default=0.0, ge=0)
     worker: int | None = None
     skipped: str | None = Field(default=None, description="why nothing was probed (e.g. no samples)")
+    not_run: dict[str, str] = Field(
+        default_factory=dict,
+        description="units (sample/layout/mode) that never ran, with the reason; never cells, never counted as probed",
+    )
 
 
 class RuntimeRecord(Model):

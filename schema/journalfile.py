@@ -26,15 +26,17 @@ from pydantic import ValidationError
 
 from .io import ArtifactError
 from .journal import JournalHeader, RuntimeRecord, TaskRecord
+from .workloads import WorkloadRecord
 
 __all__ = ["JournalScan", "Record", "parse_record", "scan_journal"]
 
-Record: TypeAlias = JournalHeader | TaskRecord | RuntimeRecord
+Record: TypeAlias = JournalHeader | TaskRecord | RuntimeRecord | WorkloadRecord
 
-_KINDS: dict[str, type[JournalHeader] | type[TaskRecord] | type[RuntimeRecord]] = {
+_KINDS: dict[str, type[JournalHeader] | type[TaskRecord] | type[RuntimeRecord] | type[WorkloadRecord]] = {
     "header": JournalHeader,
     "task": TaskRecord,
     "runtime": RuntimeRecord,
+    "workload": WorkloadRecord,
 }
 
 

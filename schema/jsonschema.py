@@ -13,10 +13,13 @@ from pydantic import BaseModel
 
 from .contract import Contract
 from .matrix import Matrix
+from .perf import CompatReport, PerfRecord
 
 __all__ = ["ARTIFACTS", "json_schema", "json_schema_text"]
 
-ARTIFACTS: dict[str, type[BaseModel]] = {"matrix": Matrix, "contract": Contract}
+ARTIFACTS: dict[str, type[BaseModel]] = {
+    "matrix": Matrix, "contract": Contract, "perfrecord": PerfRecord, "compatreport": CompatReport,
+}
 
 
 def json_schema(kind: str) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from .base import Model, RankRange
+from .distributed import Distributed
 from .enums import (
     ApiService,
     CheckResult,
@@ -38,6 +39,7 @@ from .enums import (
     ReferenceKind,
 )
 from .integrity import Integrity, content_digest
+from .workloads import WorkloadList
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -47,6 +49,7 @@ __all__ = [
     "CellResult",
     "DeviceInfo",
     "Entry",
+    "EntryPart",
     "ErrorInfo",
     "Evidence",
     "FallbackEvidence",
@@ -180,6 +183,10 @@ class FallbackEvidence(Model):
     state: FallbackState = FallbackState.unknown
     ops: list[str] = Field(default_factory=list)
     source: str | None = Field(default=None, description="which signal: counter, warning, profiler ...")
+    copies_per_call: int | None = Field(
+        default=None, ge=0, description="most host<->device copies seen inside one call (profiler call tree)"
+    )
+    bytes_per_call: int | None = Field(default=None, ge=0, description="most bytes those copies moved in one call")
 
     @field_validator("ops")
     @classmethod
@@ -233,13 +240,55 @@ class CellResult(Model):
     note: str | None = None
 
 
+class EntryPart(Model):
+    """One exact box of a contract-level entry, with what may differ between its boxes.
+
+    An entry with ``parts`` is the union of its parts; each part expands (with the entry's
+    shared fields) back to exactly the box entry it was made from: see :meth:`Entry.boxes`.
+    """
+
+    dtypes: list[DType] = Field(min_length=1)
+    ranks: RankRange
+    layouts: list[Layout] = Field(min_length=1)
+    conditions: dict[str, str] = Field(default_factory=dict)
+    flaky: bool = False
+    autograd: Autograd | None = None
+    numerics: Numerics | None = None
+    samples: Samples
+    error: ErrorInfo | None = None
+    note: str | None = None
+
+
+#: the fields an :class:`EntryPart` gives its box (the rest come from the entry)
+PART_FIELDS = tuple(EntryPart.model_fields)
+
+
 class Entry(CellResult):
-    """Cells with identical results: dtypes x ranks x layouts in one mode."""
+    """Cells with identical results: dtypes x ranks x layouts in one mode.
+
+    A *contract-level* entry groups boxes that share mode, path, outcome, components and
+    fallback (one entry per operator, path and condition group): its ``dtypes``/``layouts`` are
+    the union and ``ranks`` the hull of its ``parts``, its results the aggregate, and
+    ``numerics_by_dtype`` the tolerances and largest errors per dtype. Exact cells: ``boxes()``.
+    """
 
     dtypes: list[DType] = Field(min_length=1)
     ranks: RankRange
     layouts: list[Layout] = Field(min_length=1)
     mode: Mode = Mode.eager
+    numerics_by_dtype: dict[DType, Numerics] = Field(
+        default_factory=dict, description="per-dtype tolerances and largest errors of a contract-level entry"
+    )
+    parts: list[EntryPart] = Field(
+        default_factory=list, description="the exact boxes of a contract-level entry; empty: the entry is one box"
+    )
+
+    def boxes(self) -> list[Entry]:
+        """The exact box entries (one per part; the entry itself when it has no parts)."""
+        if not self.parts:
+            return [self]
+        base = {"parts": [], "numerics_by_dtype": {}}
+        return [self.model_copy(update={**base, **{f: getattr(p, f) for f in PART_FIELDS}}) for p in self.parts]
 
     @field_validator("dtypes", "layouts")
     @classmethod
@@ -250,6 +299,10 @@ class Entry(CellResult):
 
     def cells(self) -> Iterator[tuple[DType, int, Layout, Mode]]:
         """Every (dtype, rank, layout, mode) cell the entry covers."""
+        if self.parts:
+            for box in self.boxes():
+                yield from box.cells()
+            return
         for dtype in self.dtypes:
             for rank in self.ranks.ranks():
                 for layout in self.layouts:
@@ -257,6 +310,8 @@ class Entry(CellResult):
 
     def covers(self, dtype: DType, rank: int, layout: Layout, mode: Mode) -> bool:
         """Whether the cell (dtype, rank, layout, mode) is one of this entry's."""
+        if self.parts:
+            return any(box.covers(dtype, rank, layout, mode) for box in self.boxes())
         return mode == self.mode and rank in self.ranks and dtype in self.dtypes and layout in self.layouts
 
 
@@ -275,6 +330,12 @@ class Matrix(Model):
         default_factory=dict,
         description="probe tasks (source|dtype) that yielded no cell, with the reason: never silently absent",
     )
+    not_run: dict[str, str] = Field(
+        default_factory=dict,
+        description="units that never ran ('source|dtype unit'), with the reason: not cells, never counted as probed",
+    )
+    distributed: Distributed | None = Field(default=None, description="level-5 cases (probe --suites distributed)")
+    workloads: WorkloadList = Field(default_factory=list, description="levels 3/4: workload runs (opmatrix probe --suites workloads)")
 
     @field_validator("skipped")
     @classmethod
@@ -324,6 +385,10 @@ class Matrix(Model):
         """Number of probed cells (the expansion of every entry)."""
         return sum(
             len(e.dtypes) * len(e.layouts) * (e.ranks.max - e.ranks.min + 1)
-            for entries in self.operators.values()
+            for entries in self.boxes().values()
             for e in entries
         )
+
+    def boxes(self) -> dict[str, list[Entry]]:
+        """Operator -> its exact box entries (contract-level entries expanded into their parts)."""
+        return {op: [box for e in entries for box in e.boxes()] for op, entries in self.operators.items()}

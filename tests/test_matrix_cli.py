@@ -45,6 +45,10 @@ def test_query_json_answers_the_seed_softmax(capsys: pytest.CaptureFixture[str],
 def test_query_without_a_full_cell_lists_the_entries(capsys: pytest.CaptureFixture[str], example_matrix_path: Path):
     assert main(["query", str(example_matrix_path), "aten.softmax.int", "--dtype", "float64"]) == 0
     assert capsys.readouterr().out == (
+        "aten.softmax.int contract (generated from the matrix): native for dim=last on contiguous input, "
+        "composite otherwise (_softmax, contiguous, div, exp, sum); bf16, fp32; ranks 2-5; rejected for fp64; "
+        "backward first-order ok; compile: not probed; fallback: none observed\n"
+        "1 box entry (eager) match:\n"
         "aten.softmax.int float64 rank 1-5 contiguous eager: rejected (ok), 10/10 samples\n"
     )
 

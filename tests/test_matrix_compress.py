@@ -70,7 +70,7 @@ def test_expanding_entries_gives_back_exactly_the_probed_cells(drawn):
     ops = compress_cells(cells)
     expanded = Counter()
     for op, entries in ops.items():
-        for e in entries:
+        for e in (box for entry in entries for box in entry.boxes()):
             for dtype, rank, layout, mode in e.cells():
                 key = (op, mode, (dtype, rank, layout), tuple(sorted(e.conditions.items())))
                 expanded[key] += 1

@@ -105,3 +105,16 @@ def test_a_fixed_cell_that_lost_its_kernel_is_worse_as_the_gate_sees_it():
     after = CellState(ExecPath.fallback, Outcome.ok)
     assert _classify(before, after, 0.25) == "worse"
     assert _classify(after, CellState(ExecPath.native, Outcome.ok), 0.25) == "better"
+
+
+def test_a_backward_only_change_says_so_in_the_table():
+    """A cell whose forward stayed native but whose backward improved never reads "native -> native"."""
+    from opmatrix.schema import Autograd, Outcome
+
+    rejected = Autograd(path=ExecPath.rejected, outcome=Outcome.ok)
+    native = Autograd(path=ExecPath.native, outcome=Outcome.ok)
+    a = _matrix("g1", [task("mm", "float32", cells("aten.mm.default", "float32", [2], autograd=rejected))])
+    b = _matrix("g2", [task("mm", "float32", cells("aten.mm.default", "float32", [2], autograd=native))])
+    table = diff_matrices(a, b).render_table()
+    assert "native, backward rejected" in table and "native, backward native" in table
+    assert "better" in table

@@ -138,7 +138,7 @@ def test_the_validated_model_cache_is_keyed_by_content(tmp_path: Path, monkeypat
     text = example_matrix_path.read_text()
     path.write_text(text)
     first = Matrix.load(path).model
-    (entry,) = (tmp_path / "cache").iterdir()
+    (entry,) = (tmp_path / "cache" / "matrices").iterdir()
     assert Matrix.load(path).model == first == load_matrix(path)  # served from the cache, equal
     path.write_text(text.replace("path: rejected", "path: fallback"))  # an edit is never served stale
     assert Matrix.load(path).query("aten.softmax.int", "float64", 3).path is ExecPath.fallback

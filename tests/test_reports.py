@@ -270,7 +270,7 @@ def test_regenerate_comment_cannot_be_closed_early(tmp_path: Path, example_matri
 
 
 def test_grid_square_shows_the_majority_path_and_the_others(example_matrix_path: Path):
-    """softmax float32: 12 composite cells beat 4 native ones; float64 is all rejected; ties go to the worse path."""
+    """softmax float32, contiguous (the main group): 4 native (dim=last) tie 4 composite (dim=first), the worse wins."""
     from opmatrix.reports.summary import grid_rows
     from opmatrix.schema import DType, Mode
 

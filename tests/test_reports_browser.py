@@ -100,17 +100,29 @@ def _shot(watched: Watched, name: str, full_page: bool = False) -> None:
 
 
 def _shown_entries(entries: list[Entry]) -> list[Entry]:
+    """The paths a square shows: eager ones, plus compile's when eager only rejects (a ``D`` square)."""
     eager = [e for e in entries if e.mode is Mode.eager]
-    return eager or entries
+    if not eager:
+        return entries
+    plain = [e for e in eager if "dtype" not in e.conditions] or eager
+    if all(e.path is ExecPath.rejected and e.outcome is Outcome.ok for e in plain):
+        return eager + [e for e in entries if e.mode is Mode.compile and e.outcome is Outcome.ok
+                        and e.path is not ExecPath.rejected]
+    return eager
 
 
-def _grid_matches(matrix: Matrix, test: object) -> set[str]:
-    """Ops with at least one grid square (op x dtype, eager entries first) satisfying ``test``."""
+def _every_entry(entries: list[Entry]) -> list[Entry]:
+    """Wrong values and faults are marked whatever the mode."""
+    return entries
+
+
+def _grid_matches(matrix: Matrix, test: object, shown: object = _shown_entries) -> set[str]:
+    """Ops with at least one grid square (op x dtype) whose ``shown`` entries satisfy ``test``."""
     out = set()
     for op, entries in matrix.operators.items():
         dtypes = {d for e in entries for d in e.dtypes}
         for d in dtypes:
-            if any(test(e) for e in _shown_entries([e for e in entries if d in e.dtypes])):
+            if any(test(e) for e in shown([e for e in entries if d in e.dtypes])):
                 out.add(op)
     return out
 
@@ -177,11 +189,12 @@ def test_path_dtype_fallback_and_wrong_filters(page: Watched, site: Path, matrix
     assert _visible_ops(page) == _grid_matches(matrix, lambda e: e.path is ExecPath.decomposed)
     page.page.select_option("#f-path", "")
     page.page.check("#f-wrong")
-    wrong = _grid_matches(matrix, lambda e: e.outcome is Outcome.wrong)
+    wrong = _grid_matches(matrix, lambda e: e.outcome is Outcome.wrong, _every_entry)
     assert wrong and _visible_ops(page) == wrong
     page.page.uncheck("#f-wrong")
     page.page.check("#f-fallback")
-    fallback = _grid_matches(matrix, lambda e: e.path is ExecPath.fallback or e.fallback.state.value == "observed")
+    fallback = _grid_matches(matrix, lambda e: e.path is ExecPath.fallback or e.fallback.state.value == "observed",
+                             _every_entry)
     assert fallback and _visible_ops(page) == fallback
     page.page.uncheck("#f-fallback")
     page.page.select_option("#f-dtype", "bool")
@@ -223,4 +236,51 @@ def test_diff_page_opens_with_its_counts(page: Watched, site: Path):
         rows = page.page.eval_on_selector_all(f"#{section} tbody td.num", "tds => tds.map(t => +t.innerText)")
         assert int(page.page.inner_text(f"#n-{section}")) == sum(rows)
     _shot(page, "report-diff.png")
+    page.clean()
+
+
+@pytest.fixture(scope="module")
+def refaccel_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site of a real refaccel g2 probe (softmax, addcmul, add), from the journal fixture."""
+    import gzip
+
+    from opmatrix.matrix.build import collect_cells
+    from opmatrix.matrix.compress import compress_cells
+    from opmatrix.matrix.journal import read_journal
+    from opmatrix.schema import TaskRecord, loads_yaml, validate_data
+
+    data = Path(__file__).parent / "data"
+    tmp = tmp_path_factory.mktemp("refaccel-site")
+    journal = tmp / "journal.jsonl"
+    journal.write_bytes(gzip.decompress((data / "refaccel-g2-softmax-addcmul-add.journal.jsonl.gz").read_bytes()))
+    text = gzip.decompress((data / "refaccel-g2-softmax-addcmul-add.boxes.yaml.gz").read_bytes()).decode()
+    old = validate_data(loads_yaml(text), Matrix, "fixture", text)
+    cells = collect_cells(r for r in read_journal(journal) if isinstance(r, TaskRecord))
+    render_site(old.model_copy(update={"operators": compress_cells(cells)}), tmp / "site", command="opmatrix report")
+    return tmp / "site"
+
+
+def _square(watched: Watched, op: str, column: int) -> str:
+    return watched.page.inner_text(f'#grid tr[data-op="{op}"] td:nth-of-type({column})')
+
+
+def test_refaccel_grid_tells_the_contract_at_a_glance(page: Watched, refaccel_site: Path):
+    """softmax: N with a composite mark for fp32/fp16/bf16 (not R from dtype=float64 samples); addcmul: D."""
+    page.page.goto((refaccel_site / "index.html").as_uri())
+    heads = page.page.eval_on_selector_all("#grid thead th", "ths => ths.map(th => th.innerText.trim())")
+    column = {name: i for i, name in enumerate(heads)}  # th 0 is the op column: td index = i
+    for dtype in ("float32", "float16", "bfloat16"):
+        square = _square(page, "aten.softmax.int", column[dtype])
+        assert square.startswith("N") and "C" in square[1:], (dtype, square)
+        assert _square(page, "aten.addcmul.default", column[dtype]).startswith("D")
+    assert _square(page, "aten.softmax.int", column["float64"]).startswith("R")
+    _shot(page, "refaccel-g2-index.png", full_page=True)
+    page.page.click('#grid tr[data-op="aten.softmax.int"] th a')
+    contract = page.page.inner_text("#op-contract")
+    assert "native for dim=last" in contract and "composite otherwise" in contract
+    assert "rejected when dtype=float64 is requested" in contract
+    # a clean rejection never reads as a green "ok"
+    assert page.page.eval_on_selector_all(".entries tr", "rows => rows.filter(r => r.innerText.includes('rejected')"
+                                          " && r.querySelector('.outcome.ok')).length") == 0
+    _shot(page, "refaccel-g2-softmax.png", full_page=True)
     page.clean()

@@ -86,7 +86,7 @@ def test_bad_enum_names_path_line_and_allowed_values(tmp_path: Path, example_mat
     line = text.splitlines().index("    path: nativ") + 1
     assert str(exc.value) == (
         f"{path}:{line}: operators.aten.softmax.int[0].path: 'nativ' is not one of "
-        "native, composite, decomposed, fallback, rejected"
+        "native, composite, decomposed, fallback, rejected, unknown"
     )
 
 

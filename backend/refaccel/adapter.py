@@ -32,7 +32,6 @@ class RefaccelAdapter(Adapter):
     device_type = "refaccel"
     dispatch_key = "PrivateUse1"
     verified = True
-
     def __init__(self, generation: str | None = None, device_index: int = 0):
         super().__init__(generation or os.environ.get("OPMATRIX_REFACCEL_GEN", "").strip() or "g2", device_index)
 
@@ -57,6 +56,18 @@ class RefaccelAdapter(Adapter):
         self.generation = install(self.generation)
         torch.refaccel.init()  # type: ignore[attr-defined]
         torch.refaccel.set_device(self.device_index)  # type: ignore[attr-defined]
+
+    def prepare_c10d(self) -> str:
+        """Register refaccel's own c10d backend (host-staged over gloo) and return its name."""
+        from .c10d import register_c10d
+
+        return register_c10d()
+
+    def c10d_host_bytes(self) -> int:
+        """Bytes of device tensors the c10d backend has staged through host memory in this process."""
+        from .c10d import c10d_staging_counts
+
+        return c10d_staging_counts().get("bytes", 0)
 
     def register(self) -> None:
         """Install this generation without initialising the runtime (fork-safe discovery)."""

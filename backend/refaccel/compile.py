@@ -60,5 +60,10 @@ def register_compile_backend() -> str:
 
         if "refaccel" not in _BACKENDS:
             register_backend(refaccel_compiler, name="refaccel")
+        # refaccel's kernels are Python called by the dispatcher: after a graph break (e.g. nn.GRU) the
+        # eager remainder calls them, and dynamo must not try to compile the runtime's own frames
+        from torch._dynamo import trace_rules
+
+        trace_rules.add(__name__.rpartition(".")[0])
         _DONE.append(True)
     return "refaccel"

@@ -9,7 +9,8 @@ from the API; ``op`` is a full overload (``aten::mul.Tensor``) or an operator (`
 Modes: ``crash`` (SIGSEGV), ``abort`` (SIGABRT), ``hang`` (sleeps forever), ``oom``
 (``torch.OutOfMemoryError``; the device stays usable), ``poison`` (the call fails and the context
 is unusable until the process restarts). Initialisation faults are separate: see
-``runtime`` and ``OPMATRIX_REFACCEL_DRIVER``.
+``runtime`` and ``OPMATRIX_REFACCEL_DRIVER``. ``OPMATRIX_REFACCEL_SLOWDOWN=aten::mm:1.3`` makes a
+kernel 30% slower (the performance gate must catch it).
 """
 
 from __future__ import annotations
@@ -17,16 +18,19 @@ from __future__ import annotations
 import os
 import signal
 import time
+from typing import Any
 
 import torch
 
 from . import runtime
 
-__all__ = ["MODES", "ACTIVE", "check_spec", "inject_fault", "clear_faults", "load_from_env", "trigger"]
+__all__ = ["MODES", "ACTIVE", "SLOW", "check_spec", "inject_fault", "clear_faults", "load_from_env", "slowed", "trigger"]
 
 MODES = ("crash", "abort", "hang", "oom", "poison")
 #: op name -> mode; read by every kernel (an empty dict costs one truth test per call)
 ACTIVE: dict[str, str] = {}
+#: op name -> slowdown factor (``OPMATRIX_REFACCEL_SLOWDOWN=aten::mm:1.3``): tests the perf gate
+SLOW: dict[str, float] = {}
 
 
 def _normalise(op: str) -> str:
@@ -54,6 +58,34 @@ def load_from_env() -> None:
         if not sep or not op:
             raise ValueError(f"OPMATRIX_REFACCEL_FAULT: expected mode:op (e.g. crash:aten::mul.Tensor), got {item!r}")
         inject_fault(mode, op)
+    _load_slowdown()
+
+
+def _load_slowdown() -> None:
+    spec = os.environ.get("OPMATRIX_REFACCEL_SLOWDOWN", "").strip()
+    for item in filter(None, (s.strip() for s in spec.split(","))):
+        op, sep, factor = item.rpartition(":")
+        try:
+            value = float(factor)
+        except ValueError:
+            value = 0.0
+        if not sep or not op or value < 1.0:
+            raise ValueError(f"OPMATRIX_REFACCEL_SLOWDOWN: expected op:factor >= 1 (e.g. aten::mm:1.3), got {item!r}")
+        SLOW[_normalise(op)] = value
+
+
+def slowed(name: str, base: str, run: Any) -> Any:
+    """Run ``run()``; when ``name`` is slowed, spin until the call took ``factor`` times as long."""
+    factor = SLOW.get(name) or SLOW.get(base)
+    if not factor:
+        return run()
+    # process CPU time: the work a host-executed kernel does, which other processes do not inflate
+    t0 = time.process_time()
+    out = run()
+    end = t0 + (time.process_time() - t0) * factor
+    while time.process_time() < end:
+        pass
+    return out
 
 
 def _op_exists(op: str) -> bool:

@@ -71,6 +71,8 @@ def _make_kernel(op: torch._ops.OpOverload, rule: Rule, generation: str) -> Call
         tensors = device_tensors(args, kwargs)
         why = violation(rule, tensors, args, dim_pos)
         if why is None:
+            if faults.SLOW:
+                return faults.slowed(name, base, lambda: run(op, args, kwargs, defect=defect))
             return run(op, args, kwargs, defect=defect)
         if compose and why[0] in _COMPOSABLE:
             if implicit:  # run PyTorch's own composite on the device's other kernels

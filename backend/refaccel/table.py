@@ -25,7 +25,7 @@ __all__ = ["Rule", "load_rules", "load_fallback_ops", "load_fallback_dtypes", "l
 _PATH = Path(__file__).with_name("kernels.yaml")
 _LAYOUTS = ("any", "contiguous")
 _OTHERWISE = ("policy", "compose")
-_DEFECTS = (None, "storage_order")
+_DEFECTS = (None, "storage_order", "host_int64")
 _ARG_CONDITIONS = {"dim": ("last",)}
 
 

@@ -51,6 +51,8 @@ class SampleResult:
     fallback: FallbackState = FallbackState.unknown
     fallback_ops: list[str] = field(default_factory=list)
     fallback_source: str | None = None
+    copies: int | None = None  # host<->device copies inside the call (profiler), when observed
+    moved: int | None = None  # bytes those copies moved
     rtol: float | None = None
     atol: float | None = None
     max_abs: float | None = None
@@ -84,7 +86,10 @@ def _fallback(samples: list[SampleResult]) -> FallbackEvidence:
         state = FallbackState.unknown
     ops = sorted({op for s in samples for op in s.fallback_ops})
     source = next((s.fallback_source for s in samples if s.fallback_source), None)
-    return FallbackEvidence(state=state, ops=ops, source=source)
+    copies = [s.copies for s in samples if s.copies is not None]
+    moved = [s.moved for s in samples if s.moved is not None]
+    return FallbackEvidence(state=state, ops=ops, source=source, copies_per_call=max(copies) if copies else None,
+                            bytes_per_call=max(moved) if moved else None)
 
 
 def _numerics(samples: list[SampleResult]) -> Numerics | None:

@@ -84,8 +84,15 @@ def to_device(variant: Variant, device: Any) -> torch.Tensor:
     return base.as_strided(v.size(), v.stride(), offset)
 
 
+#: types that are never containers nor tensors: returned as they are without further checks
+_ATOMS = frozenset({int, float, bool, complex, str, type(None), torch.dtype, torch.device, torch.memory_format,
+                    torch.layout, slice, type(Ellipsis)})
+
+
 def map_values(obj: Any, fn: Any, leaf: tuple[type, ...] = (torch.Tensor,)) -> Any:
     """Apply ``fn`` to every ``leaf`` object inside nested tuples, lists and dicts."""
+    if type(obj) in _ATOMS:  # most values are plain scalars: one set lookup instead of four isinstance
+        return obj
     if isinstance(obj, leaf):
         return fn(obj)
     if isinstance(obj, tuple):
@@ -126,20 +133,48 @@ def primary_tensor(values: Any) -> torch.Tensor | None:
     return _first_tensor(values)
 
 
+#: the last sample prepared, with the prepared form (every layout of one sample is asked in a row)
+_LAST: list[Any] = [None, None]
+
+
+def _prepare(values: Any) -> tuple[Any, torch.Tensor, bool] | None:
+    """``values`` with conj/neg views resolved, its primary tensor, and whether any is unstrided."""
+    if _LAST[0] is values:
+        return _LAST[1]  # type: ignore[no-any-return]
+    if primary_tensor(values) is None:
+        prepared = None
+    else:
+        # conjugate / negative *views* (OpInfo makes some) carry a bit, not values: rebuilding a
+        # view over the storage would drop it, so materialise them first (same values, plain tensors)
+        copied: list[bool] = []
+
+        def resolve(t: torch.Tensor) -> torch.Tensor:
+            if t.is_conj() or t.is_neg():
+                copied.append(True)
+                return t.resolve_conj().resolve_neg()
+            return t
+
+        resolved = map_values(values, resolve)
+        primary = primary_tensor(resolved)
+        assert primary is not None  # resolving conj/neg bits keeps every tensor
+        prepared = (resolved, primary, _has_unstrided(resolved))
+        if copied:  # fresh copies per layout, as before: an in-place op must not leak into the next layout
+            return prepared
+    _LAST[0], _LAST[1] = values, prepared  # holding ``values`` keeps its id from being reused
+    return prepared
+
+
 def transform_sample(values: Any, layout: Layout) -> Any | None:
     """Apply ``layout`` to every tensor in ``values`` (input, args, kwargs).
 
     Returns the values with each tensor replaced by a :class:`Variant` (tensors the layout does
     not apply to stay as they are), or None when the layout does not apply to the primary tensor.
     """
-    if primary_tensor(values) is None:
+    prepared = _prepare(values)
+    if prepared is None:
         return None
-    # conjugate / negative *views* (OpInfo makes some) carry a bit, not values: rebuilding a view
-    # over the storage would drop it, so materialise them first (same values, plain tensors)
-    values = map_values(values, lambda t: t.resolve_conj().resolve_neg() if t.is_conj() or t.is_neg() else t)
-    primary = primary_tensor(values)
-    assert primary is not None  # resolving conj/neg bits keeps every tensor
-    if _has_unstrided(values):  # sparse / nested tensors: moved to the device as they are
+    values, primary, unstrided = prepared
+    if unstrided:  # sparse / nested tensors: moved to the device as they are
         return map_values(values, lambda t: Variant(t, t)) if layout is Layout.contiguous else None
     if layout is not Layout.contiguous and (not primary.is_contiguous() or make_variant(primary, layout) is None):
         return None

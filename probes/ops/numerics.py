@@ -45,11 +45,13 @@ def upcast_dtype(dtype: torch.dtype) -> torch.dtype | None:
     return _LOW_PRECISION.get(dtype)
 
 
+@functools.lru_cache(maxsize=4096)
 def values_comparable(op_name: str) -> bool:
     """False for ops whose values are random or uninitialised (only shape/dtype compared)."""
     return not any(fnmatch.fnmatchcase(op_name, p) for p in _table().get("not_comparable", []))
 
 
+@functools.lru_cache(maxsize=8192)  # fnmatch over every rule, per call, was 5% of a probe
 def tolerance_for(op_name: str, dtype: torch.dtype) -> tuple[float, float]:
     """(rtol, atol) for ``op_name`` at ``dtype``: a per-op override, else assert_close's default."""
     dname = str(dtype).removeprefix("torch.")
@@ -137,6 +139,8 @@ def _compare_tensor(a: torch.Tensor, e: torch.Tensor, rtol: float, atol: float) 
             mism = (a != e).sum().item()
             return Comparison(False, None, None, f"{mism} of {e.numel()} values differ (exact dtype)")
         return Comparison(True, 0.0 if diff is None else diff, 0.0)
+    if torch.equal(a, e):  # bitwise-equal outputs (the common case) need no error arithmetic
+        return Comparison(True, 0.0, 0.0)
     a64 = a.to(torch.complex128 if e.is_complex() else torch.float64)
     e64 = e.to(a64.dtype)
     both_nan = torch.isnan(a64) & torch.isnan(e64)

@@ -183,7 +183,8 @@ class LeafRecorder(TorchDispatchMode):
 
 def _kind(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
-        return "T"
+        # rank and dtype select overloads too (interpolate: rank 4 -> upsample_*2d, rank 3 -> *1d)
+        return ("T", value.dim(), str(value.dtype).removeprefix("torch."))
     if isinstance(value, bool):
         return "b"
     if isinstance(value, int):
@@ -202,7 +203,8 @@ def _kind(value: Any) -> Any:
 
 
 def signature_of(values: Any) -> Any:
-    """A hashable signature of argument kinds: samples with equal signatures call one overload."""
+    """A hashable signature of argument kinds, tensor ranks and dtypes: samples with equal
+    signatures call one overload."""
     inp, args, kwargs = values
     return (_kind(inp), tuple(_kind(a) for a in args), tuple(sorted((k, _kind(v)) for k, v in kwargs.items())))
 

@@ -11,31 +11,61 @@ variants are derived from them by transformation (``layouts.py``), never generat
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import fnmatch
 import functools
 import hashlib
+import importlib.util
+import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-__all__ = ["OpEntry", "UnknownOp", "all_ops", "generate_samples", "select_ops", "source_hash", "values_undefined"]
+from opmatrix.schema.files import cache_dir, write_text_atomic
+
+__all__ = ["OpEntry", "UnknownOp", "all_ops", "generate_samples", "op_names", "select_ops", "source_hash",
+           "values_undefined"]
 
 
 class UnknownOp(ValueError):
     """An ``--ops`` name that matches no OpInfo; the message suggests the closest names."""
 
 
-@dataclass(frozen=True)
 class OpEntry:
-    """One OpInfo, by its full name."""
+    """One OpInfo, by its full name; the OpInfo object itself is looked up when first used.
 
-    full_name: str
-    info: Any  # torch.testing._internal.opinfo.core.OpInfo
+    Entries selected from the cached name index (see :func:`op_names`) carry only names, so
+    planning never imports ``op_db``; ``entry.info`` imports it on first use.
+    """
+
+    __slots__ = ("full_name", "_name", "_info")
+
+    def __init__(self, full_name: str, info: Any = None, name: str | None = None):
+        self.full_name = full_name
+        self._info = info
+        self._name = name if name is not None else (str(info.name) if info is not None else full_name)
 
     @property
     def name(self) -> str:
-        return str(self.info.name)
+        """The OpInfo's name without its variant (``softmax`` for ``softmax.with_dtype``)."""
+        return self._name
+
+    @property
+    def info(self) -> Any:  # torch.testing._internal.opinfo.core.OpInfo
+        """The OpInfo (imports ``op_db`` the first time any entry needs one)."""
+        if self._info is None:
+            self._info = _by_full_name()[self.full_name].info
+        return self._info
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, OpEntry) and other.full_name == self.full_name
+
+    def __hash__(self) -> int:
+        return hash(self.full_name)
+
+    def __repr__(self) -> str:
+        return f"OpEntry({self.full_name!r})"
 
 
 @functools.lru_cache(maxsize=1)
@@ -47,7 +77,73 @@ def all_ops() -> tuple[OpEntry, ...]:
     for info in op_db:
         full = info.name + (f".{info.variant_test_name}" if info.variant_test_name else "")
         out.append(OpEntry(full, info))
+    _store_index(out)
     return tuple(out)
+
+
+@functools.lru_cache(maxsize=1)
+def _by_full_name() -> dict[str, OpEntry]:
+    return {o.full_name: o for o in all_ops()}
+
+
+# -- the name index: plan --ops without importing op_db ------------------------------------
+
+#: files whose contents define op_db's names (and the torch build)
+_INDEX_FILES = ("version.py", "testing/_internal/common_methods_invocations.py", "testing/_internal/opinfo")
+
+
+def _torch_root() -> Path | None:
+    spec = importlib.util.find_spec("torch")  # finds the package without importing it
+    return Path(spec.origin).parent if spec is not None and spec.origin else None
+
+
+def _index_path() -> Path | None:
+    """The index file for the installed torch: keyed by the stat of the files op_db is made of."""
+    folder, root = cache_dir("opinfo"), _torch_root()
+    if folder is None or root is None:
+        return None
+    h = hashlib.sha256(str(root).encode())
+    for rel in _INDEX_FILES:
+        target = root / rel
+        paths = sorted(target.rglob("*.py")) if target.is_dir() else [target]
+        for p in paths:
+            try:
+                st = p.stat()
+            except OSError:
+                return None
+            h.update(f"{p.relative_to(root)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return folder / f"names-{h.hexdigest()[:20]}.json"
+
+
+def _store_index(entries: list[OpEntry]) -> None:
+    import torch
+
+    path = _index_path()
+    if path is None:
+        return
+    data = {"torch": torch.__version__, "git": str(getattr(torch.version, "git_version", "")),
+            "ops": [[e.full_name, e.name] for e in entries]}
+    with contextlib.suppress(OSError):
+        write_text_atomic(path, json.dumps(data, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=1)
+def _index() -> dict[str, Any] | None:
+    path = _index_path()
+    if path is None:
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        ops = [OpEntry(str(full), name=str(name)) for full, name in data["ops"]]
+        return {"torch": str(data["torch"]), "git": str(data["git"]), "ops": tuple(ops)}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # a miss: all_ops() imports op_db and writes the index again
+
+
+def op_names() -> tuple[OpEntry, ...]:
+    """Every OpInfo as a name-only entry, from the cached index when there is one, else ``op_db``."""
+    index = _index()
+    return index["ops"] if index is not None else all_ops()  # type: ignore[no-any-return]
 
 
 def select_ops(patterns: Sequence[str] | None) -> list[OpEntry]:
@@ -56,7 +152,7 @@ def select_ops(patterns: Sequence[str] | None) -> list[OpEntry]:
     A plain name selects the OpInfo and its variants (``softmax`` -> ``softmax``,
     ``softmax.with_dtype``). A pattern that matches nothing raises :class:`UnknownOp`.
     """
-    ops = all_ops()
+    ops = op_names()
     if not patterns:
         return list(ops)
     chosen: dict[str, OpEntry] = {}
@@ -74,11 +170,16 @@ def select_ops(patterns: Sequence[str] | None) -> list[OpEntry]:
 
 def source_hash(entries: Iterable[OpEntry]) -> str:
     """Identity of the op source: torch build plus the selected OpInfo names."""
-    import torch
+    index = _index()
+    if index is not None:  # the versions of the very torch files the index is keyed by
+        version, git = index["torch"], index["git"]
+    else:
+        import torch
 
+        version, git = torch.__version__, str(getattr(torch.version, "git_version", ""))
     h = hashlib.sha256()
-    h.update(torch.__version__.encode())
-    h.update(str(getattr(torch.version, "git_version", "")).encode())
+    h.update(version.encode())
+    h.update(git.encode())
     for e in entries:
         h.update(e.full_name.encode() + b"\0")
     return h.hexdigest()[:16]

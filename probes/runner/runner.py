@@ -7,9 +7,10 @@ Each task goes to an idle worker; the worker posts each unit on its unit board b
 it (:mod:`.board`) and sends the record when done. No new unit for ``timeout`` seconds means the
 running unit *hung*; a dead worker means it *crashed* (signal and stderr tail recorded); a worker
 that reports a poisoned device is replaced. In every case the task is requeued with that unit
-marked, so its other units still run; after :data:`MAX_TASK_FAULTS` faults the rest of the task
-is recorded with the last fault's outcome as not run (no signal; the message says so). Each
-fault costs a worker restart; past ``max_restarts`` the run aborts.
+marked, so its other units still run; after :func:`fault_budget` faults (it grows with the units
+the task has run) the units after the last faulted one are listed as not run, with the reason
+(never cells: the handler decides, see :class:`~.task.Skip`). Each fault costs a worker
+restart; past ``max_restarts`` the run aborts.
 """
 
 from __future__ import annotations
@@ -38,10 +39,18 @@ from .shard import select_shard
 from .task import HANDLERS, Skip, Task, fault_record
 from .worker import WorkerSpec
 
-__all__ = ["MAX_TASK_FAULTS", "RunSummary", "default_max_restarts", "run"]
+__all__ = ["MAX_TASK_FAULTS", "RunSummary", "default_max_restarts", "fault_budget", "run"]
 
-#: faults one task may cause before its remaining units are recorded with the last fault
+#: faults any task may cause before its remaining units are listed as not run
 MAX_TASK_FAULTS = 3
+#: one more fault allowed per this many units the task has run (a task of 100 units with 8
+#: bad inputs still records the other 92)
+UNITS_PER_EXTRA_FAULT = 10
+
+
+def fault_budget(units: int) -> int:
+    """Faults a task may cause before its remaining units are not run: grows with its units."""
+    return MAX_TASK_FAULTS + units // UNITS_PER_EXTRA_FAULT
 #: consecutive workers that die before becoming ready before the run gives up
 MAX_STARTUP_FAILURES = 3
 
@@ -100,6 +109,8 @@ class _Job:
     faults: int = 0
     attempts: int = 0
     started: float = 0.0
+    units: int = 0  # most units one attempt announced (the fault budget grows with it)
+    seq0: int = 0  # the worker board's sequence number when this attempt started
 
 
 class _Aborted(Exception):
@@ -244,6 +255,10 @@ class _Run:
     def _lost(self, handle: WorkerHandle, *, fault: bool) -> None:
         """Forget a worker that is gone; a fault uses up one restart of the cap."""
         self.workers.pop(handle.slot, None)
+        job = handle.job
+        if job is not None:  # each post bumps the board's sequence number by 2
+            handle.look()
+            job.units = max(job.units, (handle.seen - job.seq0) // 2)
         if handle.process.is_alive():
             handle.kill()
         else:
@@ -416,15 +431,17 @@ class _Run:
         what = f"{skip.outcome}{f' ({skip.signal})' if skip.signal else ''}"
         first = next((line for line in skip.message.splitlines() if line.strip()), "")
         self.progress.note(f"{what}: task {job.task.id} unit {unit}: {first[:160]}")
-        if job.skip_rest is not None:
+        budget = fault_budget(job.units)
+        if (unit is None and job.skip_rest is not None) or unit in job.skip or job.faults > 2 * budget:
+            # nothing new to blame: the task itself is the fault
             self._record(job, json.loads(fault_record(job.task, skip).model_dump_json()), worker=None)
             return
         if unit is None:
             job.skip_rest = skip
         else:
             job.skip[unit] = skip
-            if job.faults >= MAX_TASK_FAULTS:
-                # the units left never run: recorded with the fault, but saying so and without a signal
+            if job.faults >= budget and job.skip_rest is None:
+                # the units after the last faulted one never run: the handler lists them as not run
                 job.skip_rest = Skip(skip.outcome, f"not run: the task faulted {job.faults} times; last: {first}")
         self.pending.appendleft(job)
 
@@ -449,6 +466,7 @@ class _Run:
             if not handle.ready or handle.job is not None or handle.gone:
                 continue
             job = self.pending.popleft()
+            job.seq0 = handle.board.read()[0]  # before the worker can post the task's first unit
             if not handle.send(("task", job.task, dict(job.skip), job.skip_rest)):
                 self.pending.appendleft(job)
                 handle.gone = True

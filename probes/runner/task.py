@@ -46,6 +46,7 @@ __all__ = [
 HANDLERS: dict[str, str] = {
     "op": "opmatrix.probes.ops.engine:handle",
     "runtime": "opmatrix.probes.runtime.checks:handle",
+    "workload": "opmatrix.probes.workloads.handler:handle",
 }
 
 #: the outcomes a runner-observed fault can have (the subset of ``Outcome`` a unit can be blamed for)
@@ -95,8 +96,9 @@ class WorkerContext:
     device: int | None = None
 
     def check_health(self, unit: str | None) -> None:
-        """Raise :class:`WorkerPoisoned` blaming ``unit`` when the adapter's health check fails."""
-        problem = self.adapter.health_check()
+        """Raise :class:`WorkerPoisoned` blaming ``unit`` when the adapter's health check fails
+        (having passed before: positive evidence only)."""
+        problem = self.adapter.poisoned_after_fault()
         if problem is not None:
             raise WorkerPoisoned(unit, problem)
 
@@ -144,6 +146,10 @@ def fault_record(task: Task, skip: Skip) -> BaseModel:
             evidence=text[-2000:],
         )
         return RuntimeRecord(task=task.id, check=check)
+    if task.kind == "workload":
+        from opmatrix.probes.workloads.handler import fault_result
+
+        return fault_result(task, skip.outcome, text)
     source, _, dtype = task.id.partition("|")
     return TaskRecord(
         task=task.id,

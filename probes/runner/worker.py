@@ -133,6 +133,7 @@ def _setup(slot: int, spec: WorkerSpec) -> tuple[WorkerContext, dict[str, Any]]:
     if spec.device is not None:
         adapter.select_device(spec.device)
     adapter.setup()
+    adapter.health_baseline()  # before any probe: "poisoned" later needs this to have passed
     ctx = WorkerContext(adapter=adapter, index=slot, options=dict(spec.options), device=spec.device)
     identity = {
         # plain str: a TorchVersion would make the parent import torch to unpickle this message
@@ -229,7 +230,7 @@ def _serve(
         conn.send(("fault", task.id, unit[0], outcome, f"{type(exc).__name__}: {exc}"[-2000:]))
         return False
     if _has_fault(record):
-        problem = ctx.adapter.health_check()
+        problem = ctx.adapter.poisoned_after_fault()
         if problem is not None:
             conn.send(("poisoned", task.id, unit[0], f"health check after the task failed: {problem}"))
             return False

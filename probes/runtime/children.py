@@ -61,13 +61,17 @@ def describe_exit(code: int | None) -> str:
 
 
 def work(adapter: Any) -> float:
-    """A small computation on the adapter's device; 56.0 on a healthy device."""
+    """A round trip through the device with the bring-up opset only (allocate, copy in, copy out;
+    no arithmetic op, which a minimal backend may lack); 56.0 on a healthy device."""
     import torch
 
-    x = torch.arange(8, dtype=torch.float32, device=adapter.device())
-    y = (x * 2).sum()
+    host = torch.arange(8, dtype=torch.float32)
+    dev = torch.empty(8, dtype=torch.float32, device=adapter.device())
+    dev.copy_(host)
     adapter.synchronize()
-    return float(y.item())
+    back = torch.empty(8, dtype=torch.float32)
+    back.copy_(dev)
+    return float((back * 2).sum())  # on the host: the device's only job was to keep the bytes
 
 
 def _error_text(exc: BaseException) -> str:

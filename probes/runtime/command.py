@@ -16,7 +16,7 @@ import argparse
 import json
 import sys
 import time
-from typing import TextIO
+from typing import Any, TextIO
 
 from opmatrix.schema import CheckResult, Runtime, RuntimeCheck
 
@@ -123,6 +123,8 @@ def doctor(args: argparse.Namespace) -> int:
     runtime = runtime_from_records(run_checks(args.backend, generation))
     seconds = time.monotonic() - start
     code = exit_code(runtime)
+    if (getattr(args, "level", None) or 1) >= 5:
+        return _doctor_level5(args, generation, runtime, seconds, code, verified)
     if getattr(args, "json", False):
         payload = {"backend": args.backend, "generation": generation, "exit_code": code,
                    "seconds": round(seconds, 1), "runtime": runtime.model_dump(mode="json")}
@@ -133,4 +135,22 @@ def doctor(args: argparse.Namespace) -> int:
     title = (f"opmatrix doctor: {args.backend}{gen}{note}: {len(runtime.checks)} level 0/1 checks "
              f"in {seconds:.1f} s, in seeds/004 bring-up order")
     render(runtime, title, sys.stdout)
+    return code
+
+
+def _doctor_level5(args: argparse.Namespace, generation: str | None, runtime: Any, seconds: float, code: int,
+                   verified: bool | None) -> int:
+    """``doctor --level 5``: the level 0/1 table, then the distributed suite."""
+    from opmatrix.probes.distributed.command import doctor_distributed
+
+    as_json = bool(getattr(args, "json", False))
+    if not as_json:
+        gen = f" {generation}" if generation else ""
+        render(runtime, f"opmatrix doctor: {args.backend}{gen}: {len(runtime.checks)} level 0/1 checks in {seconds:.1f} s",
+               sys.stdout)
+    dist_code, section = doctor_distributed(args.backend, generation, as_json=as_json)
+    code = max(code, dist_code)
+    if as_json:
+        print(json.dumps({"backend": args.backend, "generation": generation, "exit_code": code,
+                          "runtime": runtime.model_dump(mode="json"), "distributed": section}, indent=2, sort_keys=True))
     return code

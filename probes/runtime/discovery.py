@@ -54,12 +54,32 @@ def check_import(adapter: Adapter, spent: float = 0.0) -> Verdict:
     """
     name = backend_module(adapter)
     start = time.perf_counter() - spent
+    import torch  # noqa: F401 - first: many backend packages refuse to be imported before torch
+
     try:
         importlib.import_module(name)
-    except ImportError as exc:
-        return failed(f"import {name} failed: {type(exc).__name__}: {exc}",
-                      f"install the package that provides {name} into this environment")
+    except Exception as exc:  # noqa: BLE001 - whatever the import raises is the finding
+        return failed(f"import {name} failed: {_chain(exc)}", _import_advice(name, exc))
     return passed(f"import {name}: {time.perf_counter() - start:.2f} s")
+
+
+def _chain(exc: BaseException) -> str:
+    """``Type: message`` of the exception and of its causes (the real failure is often inside)."""
+    parts, seen = [], 0
+    current: BaseException | None = exc
+    while current is not None and seen < 4:
+        parts.append(f"{type(current).__name__}: {str(current).strip()[:400]}")
+        current, seen = current.__cause__ or current.__context__, seen + 1
+    return " <- caused by ".join(parts)
+
+
+def _import_advice(name: str, exc: BaseException) -> str:
+    """What to do, from what failed: a missing module, or the package's own import code."""
+    if isinstance(exc, ModuleNotFoundError) and exc.name and name.startswith(exc.name.split(".")[0]):
+        return f"install the package that provides {name} into this environment"
+    if isinstance(exc, ModuleNotFoundError) and exc.name:
+        return f"{name} imports {exc.name}, which is missing: install {exc.name.split('.')[0]}"
+    return f"{name} is installed but its import raised: fix the error above (versions of torch and {name} must match)"
 
 
 def initialise(adapter: Adapter) -> None:

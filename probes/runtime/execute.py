@@ -138,26 +138,8 @@ def run_checks(
             hung = child.current is not None and time.monotonic() - child.since > limit
             if child.proc.poll() is None and not hung:
                 continue
-            if hung:
-                child.proc.kill()
-            child.proc.wait()
-            if not hung:
-                _drain(child, record)
             children.remove(child)
-            if not child.todo:
-                continue
-            rest = list(child.todo)
-            if child.proc.returncode == POISONED_EXIT and child.current is None:
-                pass  # the worker reported the check that poisoned it and asked to be replaced
-            else:
-                blamed = child.current or child.todo[0]
-                if hung:
-                    verdict = failed(f"hung: no result within {limit:.0f} s (the worker was killed)")
-                else:
-                    verdict = failed(f"crashed: the {child.kind} process ended ({describe_exit(child.proc.returncode)})"
-                                     f" during this check; stderr: {child.stderr_tail()}")
-                record(make_record(by_name(blamed), verdict))
-                rest.remove(blamed)
+            rest = _child_ended(child, hung, limit, record)
             if rest and child.kind == "worker" and restarts < MAX_RESTARTS:
                 restarts += 1
                 children.append(_launch("worker", spec, generation, rest))
@@ -166,6 +148,29 @@ def run_checks(
                     record(make_record(by_name(name), _given_up(child.kind)))
     order = {s.name: i for i, s in enumerate(CATALOG)}
     return sorted(records.values(), key=lambda r: order.get(r.check.name, len(order)))
+
+
+def _child_ended(child: _Child, hung: bool, limit: float, record: Callable[[RuntimeRecord], None]) -> list[str]:
+    """Reap a child that exited or hung; record the check it was running; the checks left to run."""
+    if hung:
+        child.proc.kill()
+    child.proc.wait()
+    if not hung:
+        _drain(child, record)
+    if not child.todo:
+        return []
+    rest = list(child.todo)
+    if child.proc.returncode == POISONED_EXIT and child.current is None:
+        return rest  # the worker reported the check that poisoned it and asked to be replaced
+    blamed = child.current or child.todo[0]
+    if hung:
+        verdict = failed(f"hung: no result within {limit:.0f} s (the worker was killed)")
+    else:
+        verdict = failed(f"crashed: the {child.kind} process ended ({describe_exit(child.proc.returncode)})"
+                         f" during this check; stderr: {child.stderr_tail()}")
+    record(make_record(by_name(blamed), verdict))
+    rest.remove(blamed)
+    return rest
 
 
 def _given_up(kind: str) -> Verdict:

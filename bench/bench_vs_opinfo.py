@@ -1,0 +1,203 @@
+"""Speed beside PyTorch's own ``test_dtypes``: the same operators, interleaved rounds.
+
+The baseline does what ``test_ops.py::TestCommon::test_dtypes`` does on the CPU (the test file is
+not in the wheel, so the procedure is written out here): for each selected OpInfo entry of
+``op_db`` and each dtype of ``all_types_and_complex_and(half, bfloat16, bool)`` (plus complex32
+when the op claims it), generate the samples with OpInfo's defaults (``requires_grad`` for
+floating and complex dtypes, re-seeding per sample), call the op forward on every sample and,
+where an input requires grad, run ``backward`` on the first output with a random gradient.
+It runs in its own fresh Python process, import time included, like a test session does.
+
+Beside it, ``opmatrix probe --backend cpu --ops ... --no-runtime`` with ``--workers 1`` and
+``--workers 2`` on the same names (the same entries: a plain name selects the op's variants in
+both), each in a fresh output folder (nothing reused from an earlier journal). Caches, stated on
+every run: ``--caches cold`` (default) gives every opmatrix run empty opmatrix and inductor cache
+folders, so it pays for everything a first run pays; ``--caches warm`` keeps them across rounds
+(the first round fills them). Python bytecode and the OS page cache are warm for both sides.
+
+    python bench/bench_vs_opinfo.py --ops add,mul,softmax,mm,sum --rounds 3
+
+Prints per round the walls, then the medians and ratios; the last line is
+``ratio <one-worker opmatrix wall / baseline wall>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _tensor_requires_grad(x: Any) -> bool:
+    import torch
+
+    if isinstance(x, dict):
+        return any(_tensor_requires_grad(v) for v in x.values())
+    if isinstance(x, (list, tuple)):
+        return any(_tensor_requires_grad(a) for a in x)
+    return isinstance(x, torch.Tensor) and x.requires_grad
+
+
+def _backward(sample: Any, result: Any) -> None:
+    """test_dtypes' backward step: first tensor output, random gradient."""
+    from collections.abc import Sequence
+
+    import torch
+
+    result = sample.output_process_fn_grad(result)
+    if isinstance(result, torch.Tensor):
+        tensor = result
+    elif isinstance(result, Sequence) and result and isinstance(result[0], torch.Tensor):
+        tensor = result[0]
+    else:
+        return
+    tensor.backward(torch.randn_like(tensor))
+
+
+def dtypes_of(op: Any) -> tuple[list[Any], set[Any]]:
+    """test_dtypes' dtypes to try and those to try backward in."""
+    import torch
+    from torch.testing._internal.common_dtype import all_types_and_complex_and, floating_and_complex_types_and
+
+    c32 = (torch.complex32,) if op.supports_dtype(torch.complex32, "cpu") else ()
+    backward = set(floating_and_complex_types_and(torch.half, torch.bfloat16, *c32))
+    return list(all_types_and_complex_and(torch.half, torch.bfloat16, torch.bool, *c32)), backward
+
+
+def test_dtypes_like(op: Any) -> tuple[int, int]:
+    """One OpInfo through test_dtypes' procedure; returns (forward calls, backward calls)."""
+    fwd = bwd = 0
+    dtypes, backward_dtypes = dtypes_of(op)
+    for dtype in dtypes:
+        try:
+            samples = tuple(op.sample_inputs("cpu", dtype, requires_grad=dtype in backward_dtypes))
+        except Exception:  # noqa: BLE001 - test_dtypes: a failing sample generator means unsupported
+            continue
+        for sample in samples:
+            try:
+                result = op(sample.input, *sample.args, **sample.kwargs)
+                fwd += 1
+            except Exception:  # noqa: BLE001 - unsupported dtype, as test_dtypes records it
+                continue
+            if not (_tensor_requires_grad(sample.input) or _tensor_requires_grad(sample.args)
+                    or _tensor_requires_grad(sample.kwargs)):
+                continue
+            try:
+                _backward(sample, result)
+                bwd += 1
+            except Exception:  # noqa: BLE001 - unsupported backward dtype
+                pass
+    return fwd, bwd
+
+
+def baseline_child(names: list[str]) -> None:
+    """The baseline process: import op_db, select the entries, run test_dtypes' procedure."""
+    t0 = time.perf_counter()
+    from opmatrix.probes.ops.source import select_ops
+
+    entries = select_ops(names)
+    t1 = time.perf_counter()
+    fwd = bwd = 0
+    for e in entries:
+        f, b = test_dtypes_like(e.info)
+        fwd, bwd = fwd + f, bwd + b
+    t2 = time.perf_counter()
+    print(f"baseline: {len(entries)} entries, {fwd} forward + {bwd} backward calls, "
+          f"import {t1 - t0:.1f} s, loop {t2 - t1:.1f} s", flush=True)
+
+
+def _timed(cmd: list[str], env: dict[str, str]) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if res.returncode not in (0, 1):
+        sys.exit(f"{' '.join(cmd[:6])} ... failed ({res.returncode}):\n{res.stderr[-3000:]}")
+    return wall, res.stdout.strip()
+
+
+def run_baseline(names: list[str], env: dict[str, str]) -> tuple[float, str]:
+    return _timed([sys.executable, __file__, "--baseline-child", "--ops", ",".join(names)], env)
+
+
+def run_opmatrix(names: list[str], workers: int, env: dict[str, str], caches: Path, cold: bool,
+                 extra: list[str]) -> tuple[float, str]:
+    if cold:
+        shutil.rmtree(caches, ignore_errors=True)
+    out = Path(tempfile.mkdtemp(prefix=f"bench-opm-w{workers}-"))
+    env = {**env, "OPMATRIX_CACHE_DIR": str(caches / "opmatrix"), "TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor")}
+    cmd = [sys.executable, "-m", "opmatrix", "probe", "--backend", "cpu", "--ops", ",".join(names),
+           "--no-runtime", "--workers", str(workers), "--out", str(out), "--quiet", *extra]
+    try:
+        wall, text = _timed(cmd, env)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    first = text.splitlines()[0] if text else ""
+    return wall, first
+
+
+def _load() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "?"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ops", required=True, help="comma-separated OpInfo names (as opmatrix --ops)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--caches", choices=["cold", "warm"], default="cold",
+                    help="opmatrix/inductor caches empty before every opmatrix run, or kept across rounds")
+    ap.add_argument("--no-two", action="store_true", help="skip the two-worker runs")
+    ap.add_argument("--probe-arg", action="append", default=[], help="extra argument for opmatrix probe")
+    ap.add_argument("--baseline-child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    names = [n.strip() for n in args.ops.split(",") if n.strip()]
+    if args.baseline_child:
+        baseline_child(names)
+        return
+    env = {k: v for k, v in os.environ.items() if k not in ("OPMATRIX_NO_CACHE",)}
+    caches = Path(tempfile.mkdtemp(prefix="bench-opm-caches-"))
+    print(f"{len(names)} names, {args.rounds} round(s), caches {args.caches}, {os.cpu_count()} cores, "
+          f"load {_load()}", flush=True)
+    walls: dict[str, list[float]] = {"baseline": [], "opmatrix-1": [], "opmatrix-2": []}
+    try:
+        for r in range(args.rounds):
+            order = ["baseline", "opmatrix-1", "opmatrix-2"]
+            if r % 2:
+                order.reverse()  # interleave: neither side always runs first
+            for what in order:
+                if what == "opmatrix-2" and args.no_two:
+                    continue
+                if what == "baseline":
+                    wall, text = run_baseline(names, env)
+                else:
+                    wall, text = run_opmatrix(names, int(what[-1]), env, caches, args.caches == "cold", args.probe_arg)
+                walls[what].append(wall)
+                print(f"round {r + 1} {what:11s} {wall:7.1f} s  load {_load()}  | {text.splitlines()[-1]}", flush=True)
+    finally:
+        shutil.rmtree(caches, ignore_errors=True)
+    base = statistics.median(walls["baseline"])
+    one = statistics.median(walls["opmatrix-1"])
+    print(f"median baseline (test_dtypes procedure) {base:.1f} s; opmatrix 1 worker {one:.1f} s "
+          f"({one / base:.2f}x)", end="")
+    if walls["opmatrix-2"]:
+        two = statistics.median(walls["opmatrix-2"])
+        print(f"; 2 workers {two:.1f} s ({two / base:.2f}x)")
+    else:
+        print()
+    print(f"load {_load()}")
+    print(f"ratio {one / base:.2f}")
+
+
+if __name__ == "__main__":
+    main()

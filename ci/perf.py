@@ -1,0 +1,162 @@
+"""Level 6 of the gate: performance records against the baseline's, noise-aware.
+
+A record regressed when the bootstrap confidence interval of ``median(now) / median(baseline)``
+lies entirely above ``1 + max_slowdown``: a 30% slower kernel is caught, while two runs of the
+same build on a noisy machine (an interval that straddles the threshold) are not::
+
+    result = evaluate_perf(req, rid="L6.perf", level=6, blocking=True,
+                           records=load_records("out/perf"), baseline=load_records("prev/perf"))
+    result.cells[0].line()   # "perf:workload.mlp.eager.float32 eager: 1.31x the baseline's median,
+                             #  95% CI [1.27, 1.35] above the 1.10 threshold: regression"
+
+Host fallback in a measured window blocks when the requirement forbids it (the latency is not the
+device's). Records measured under different conditions (clock, threads, precision, batch,
+hardware) are not compared: that is a failure that names the difference.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import random
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+
+from opmatrix.schema import ArtifactError, FallbackPolicy, FallbackState, load_model
+from opmatrix.schema.perf import PerfRecord, PerfRequirement
+
+from .result import CellRef, CellStatus, RequirementResult, Status
+
+__all__ = ["compare_records", "evaluate_perf", "load_records", "ratio_ci"]
+
+RESAMPLES = 2000
+
+
+def load_records(directory: str | Path) -> dict[str, PerfRecord]:
+    """Every performance record (``*.yaml`` with ``kind: perf-record``) in ``directory``, by id."""
+    root = Path(directory)
+    if not root.is_dir():
+        raise ArtifactError([f"{root}: not a directory of performance records (write one with `opmatrix bench --out`)"])
+    records: dict[str, PerfRecord] = {}
+    for path in sorted(root.glob("*.yaml")):
+        rec = load_model(path, PerfRecord)
+        if rec.id in records:
+            raise ArtifactError([f"{path}: record id {rec.id!r} appears twice in {root}; keep one"])
+        records[rec.id] = rec
+    return records
+
+
+def _resample(rng: random.Random, groups: Sequence[Sequence[float]]) -> list[float]:
+    picked = rng.choices(groups, k=len(groups))
+    return [x for g in picked for x in rng.choices(g, k=len(g))]
+
+
+def ratio_ci(
+    now: Sequence[Sequence[float]], before: Sequence[Sequence[float]], confidence: float, seed: int = 0
+) -> tuple[float, float, float]:
+    """``median(now) / median(before)`` and its two-level bootstrap interval (runs, then samples)."""
+    rng = random.Random(seed)
+    ratios = sorted(
+        statistics.median(_resample(rng, now)) / max(statistics.median(_resample(rng, before)), 1e-12)
+        for _ in range(RESAMPLES)
+    )
+    point = statistics.median([x for g in now for x in g]) / max(statistics.median([x for g in before for x in g]), 1e-12)
+    lo = ratios[int((1 - confidence) / 2 * (RESAMPLES - 1))]
+    hi = ratios[int((1 + confidence) / 2 * (RESAMPLES - 1))]
+    return point, min(lo, point), max(hi, point)
+
+
+def _incomparable(now: PerfRecord, before: PerfRecord) -> str | None:
+    pairs = {
+        "clock": (now.timing.clock, before.timing.clock),
+        "threads": (now.threads, before.threads),
+        "precision": (now.precision, before.precision),
+        "batch": (now.batch, before.batch),
+        "device": (now.hardware.device_name, before.hardware.device_name),
+        "inputs": (now.input.shapes, before.input.shapes),
+    }
+    diff = [f"{k} {b} -> {a}" for k, (a, b) in pairs.items() if a != b]
+    return ", ".join(diff) if diff else None
+
+
+def compare_records(now: PerfRecord, before: PerfRecord, req: PerfRequirement) -> tuple[bool, str]:
+    """(regressed, reason): the interval of the slowdown, judged against the threshold."""
+    why = _incomparable(now, before)
+    if why:
+        return True, f"not comparable with the baseline ({why}): re-measure the baseline under the same conditions"
+    point, lo, hi = ratio_ci(now.timing.run_groups(), before.timing.run_groups(), req.confidence)
+    limit = 1 + req.max_slowdown
+    interval = f"{point:.3f}x the baseline's median, {req.confidence:.0%} CI [{lo:.3f}, {hi:.3f}]"
+    if lo > limit:
+        return True, f"{interval} lies above the {limit:.2f} threshold: regression"
+    if point > limit:
+        return False, f"{interval} straddles the {limit:.2f} threshold: within noise, not a regression"
+    return False, interval
+
+
+def _fallback_reason(rec: PerfRecord, policy: FallbackPolicy) -> str | None:
+    if policy is not FallbackPolicy.forbidden:
+        return None
+    if rec.fallback.state is FallbackState.observed:
+        ops = ", ".join(rec.fallback.ops) or "unnamed ops"
+        return f"host fallback observed in the measured window ({ops}): its latency is not the device's"
+    if rec.fallback.state is FallbackState.unknown:
+        return "the adapter cannot tell whether fallback happened in the measured window (state unknown)"
+    return None
+
+
+def _judge(rid: str, rec: PerfRecord, base: PerfRecord | None, req: PerfRequirement, backend: str | None) -> CellRef:
+    reasons, failed = [], False
+    if backend is not None and rec.backend != backend:
+        reasons.append(f"measured on {rec.backend}, the contract is for {backend}")
+        failed = True
+    fallback = _fallback_reason(rec, req.fallback)
+    if fallback:
+        reasons.append(fallback)
+        failed = True
+    if base is None:
+        reasons.append("new: no baseline record")
+    else:
+        regressed, why = compare_records(rec, base, req)
+        reasons.append(why)
+        failed = failed or regressed
+    if rec.injected_slowdown:
+        reasons.append(f"measured with an injected slowdown ({rec.injected_slowdown}): never publish it")
+    return CellRef(op=f"perf:{rid}", mode=rec.subject.mode, status=CellStatus.failed if failed else CellStatus.passed,
+                   reason="; ".join(reasons))
+
+
+def _selected(records: dict[str, PerfRecord], patterns: list[str]) -> tuple[list[str], list[str]]:
+    chosen = sorted(rid for rid in records if any(fnmatch.fnmatchcase(rid, p) for p in patterns))
+    unmatched = [p for p in patterns if not any(fnmatch.fnmatchcase(rid, p) for rid in records)]
+    return chosen, unmatched
+
+
+def evaluate_perf(
+    req: PerfRequirement, *, rid: str, level: int, blocking: bool,
+    records: dict[str, PerfRecord] | None, baseline: dict[str, PerfRecord] | None, backend: str | None = None,
+) -> RequirementResult:
+    """Judge the records a level-6 requirement selects against the baseline's records."""
+    title = f"performance records {', '.join(req.records)} (max slowdown {req.max_slowdown:.0%})"
+
+    def result(status: Status, message: str, cells: list[CellRef] | None = None) -> RequirementResult:
+        cells = cells or []
+        return RequirementResult(
+            id=rid, level=level, kind="perf", title=title, status=status, blocking=blocking, message=message,
+            cells=cells, checked=len(cells), failed=sum(c.status is CellStatus.failed for c in cells),
+        )
+
+    if records is None:
+        return result(Status.unknown, "no performance records given (opmatrix gate --records DIR): unproven")
+    chosen, unmatched = _selected(records, req.records)
+    if unmatched:
+        return result(Status.failed, f"no record matches {', '.join(unmatched)}: was the benchmark run cut short?")
+    if baseline is None and req.baseline_required:
+        return result(Status.unknown, "no baseline records (--baseline-records DIR): regressions cannot be judged")
+    cells = [_judge(r, records[r], (baseline or {}).get(r), req, backend) for r in chosen]
+    gone = sorted(set(_selected(baseline or {}, req.records)[0]) - set(records))
+    cells += [CellRef(op=f"perf:{r}", status=CellStatus.failed, reason="in the baseline but no longer measured")
+              for r in gone]
+    bad = sum(c.status is CellStatus.failed for c in cells)
+    summary = f"{len(cells) - bad}/{len(cells)} records pass"
+    return result(Status.failed if bad else Status.passed, summary + (f", {bad} fail" if bad else ""), cells)

@@ -1,0 +1,126 @@
+"""First-order backward on the device: gradients compared with the CPU's, path observed.
+
+The backward pass runs under the profiler (the autograd engine runs it on its device threads,
+where no ``TorchDispatchMode`` of the caller reaches): host copies inside it are fallback, and an
+op that has no kernel for the backend but ran anyway was served by the boxed fallback::
+
+    grad = probe_backward(st, fn, unit, torch.float32)    # Autograd(path=native, outcome=ok, ...)
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from opmatrix.schema import Autograd, ExecPath, FallbackState, Outcome
+
+from . import observe
+from .faults import fault_from_exception
+from .numerics import compare, tolerance_for
+from .source import OpEntry
+from .state import EngineState
+from .trace import CallTrace, Observed
+from .units import Unit, device_values
+from .values import call, identity, map_tensors, to_cpu
+
+__all__ = ["differentiable", "event_name", "probe_backward"]
+
+
+def differentiable(entry: OpEntry, dtype: torch.dtype) -> bool:
+    """Whether OpInfo says the op has gradients, at a dtype that can carry them."""
+    return bool(entry.info.supports_autograd) and (dtype.is_floating_point or dtype.is_complex)
+
+
+def event_name(overload: str) -> str:
+    """Profiler name of an overload: ``aten.add.Tensor`` -> ``aten::add``."""
+    parts = overload.split(".")
+    return f"{parts[0]}::{parts[1]}" if len(parts) >= 2 else overload
+
+
+def _grad_inputs(values: Any, dtype: torch.dtype) -> tuple[Any, list[torch.Tensor]]:
+    leaves: list[torch.Tensor] = []
+
+    def leaf(t: torch.Tensor) -> torch.Tensor:
+        if t.dtype == dtype and (t.is_floating_point() or t.is_complex()):
+            t = t.detach().requires_grad_(True)
+            leaves.append(t)
+        return t
+
+    return map_tensors(values, leaf), leaves
+
+
+def backward(fn: Callable[..., Any], values: Any, dtype: torch.dtype, recorder: Any = None,
+             post: Callable[[Any], Any] = identity) -> list[Any] | None:
+    """Gradients of ``post(fn(values))``, as gradcheck takes them; ``recorder`` (a context, if
+    given) wraps only the backward."""
+    vals, leaves = _grad_inputs(values, dtype)
+    if not leaves:
+        return None
+    out = post(call(fn, vals))
+    outs = [o for o in (out if isinstance(out, (tuple, list)) else [out])
+            if isinstance(o, torch.Tensor) and o.requires_grad]
+    if not outs:
+        return None
+    gen = torch.Generator().manual_seed(1)
+    grads = [torch.randn(o.shape, generator=gen, dtype=torch.float32).to(o.dtype).to(o.device) if not o.is_complex()
+             else torch.randn(o.shape, generator=gen, dtype=o.dtype).to(o.device) for o in outs]
+    with recorder if recorder is not None else contextlib.nullcontext():
+        res = torch.autograd.grad(outs, leaves, grads, allow_unused=True)
+    return [to_cpu(r) for r in res]
+
+
+def backward_path(st: EngineState, observed: Observed, seen: Any) -> ExecPath:
+    """Path of a backward pass from what the profiler saw it run (observed, not inferred).
+
+    Host copies inside it, or the adapter's counter, are fallback. Event names carry no overload:
+    an op counts as native when some overload of it has a kernel for the backend key, as fallback
+    when none has and the backend's boxed fallback served it.
+    """
+    if FallbackState.observed in (seen.state, observed.state):
+        return ExecPath.fallback
+    key = st.adapter.dispatch_key
+    trivial = {event_name(t) for t in observe.TRIVIAL_OPS - observe.DATA_MOVEMENT}
+    for name in dict.fromkeys(observed.names):
+        if not name.startswith("aten::") or name in trivial:
+            continue
+        regs = [observe.registration(q, key) for q in observe.overloads_of(name)]
+        if not regs or any(r.backend or r.composite for r in regs):
+            continue
+        if st.backend_fallback:
+            return ExecPath.fallback
+    return ExecPath.native
+
+
+def probe_backward(st: EngineState, fn: Callable[..., Any], unit: Unit, dtype: torch.dtype) -> Autograd | None:
+    """The unit's backward on the device against the CPU's gradients (None: nothing to compare)."""
+    try:
+        expected = backward(fn, unit.cpu_values, dtype, post=unit.post)
+    except Exception:  # noqa: BLE001 - no CPU reference gradient: nothing to compare
+        return None
+    if expected is None:
+        return None
+    unit_id = f"{unit.index}/{unit.layout.value}/backward"
+    trace = CallTrace()
+    try:
+        with st.adapter.observe_fallback() as seen:
+            got = backward(fn, device_values(unit, st.adapter.device()), dtype, trace, post=unit.post)
+        st.adapter.synchronize()
+    except Exception as exc:  # noqa: BLE001 - classified narrowly just below
+        fault = fault_from_exception(st, unit_id, exc)
+        observed = trace.observed.state is FallbackState.observed or seen.state is FallbackState.observed
+        path = ExecPath.fallback if observed else ExecPath.rejected if fault is None else ExecPath.unknown
+        return Autograd(path=path, outcome=fault or (Outcome.error if observed else Outcome.ok))
+    if got is None:
+        # the CPU computes gradients for this input, the device's outputs carry no grad_fn: the
+        # backward never ran (so the profiler never started) and autograd is broken on the device
+        return Autograd(path=ExecPath.rejected, outcome=Outcome.wrong)
+    path = backward_path(st, trace.observed, seen)
+    if st.adapter.device_type == "meta":
+        return Autograd(path=path, outcome=Outcome.ok)
+    rtol, atol = tolerance_for(unit.overload, dtype)
+    cmp = compare(got, expected, rtol * 10, atol * 10)
+    return Autograd(path=path, outcome=Outcome.ok if cmp.ok else Outcome.wrong,
+                    max_abs_err=float(f"{cmp.max_abs:.3g}") if cmp.max_abs is not None else None)

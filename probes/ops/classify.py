@@ -1,0 +1,190 @@
+"""The execution path of one device call: observed first, registrations second.
+
+Three signals, never one guess:
+
+- the **call tree** (:mod:`.trace`): host<->device copies nested inside the call are host
+  fallback, whatever is registered;
+- the adapter's own **counter** (refaccel, xla), cross-checked with the call tree;
+- **registrations**: which kernel the dispatcher picks (backend key, composite keys, the
+  backend's boxed fallback), and for composites the leaf ops that reached the device.
+
+When the signals disagree the observation wins and the note says which signal said what::
+
+    call = run_device(st, fn, values, record=True)
+    path, comps, note = classify(st, "aten.add.Tensor", call)    # fallback, [], "registration says native; ..."
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from opmatrix.backend.base import FallbackSeen
+from opmatrix.schema import ExecPath, FallbackState
+
+from . import observe
+from .cells import SampleResult
+from .state import EngineState
+from .trace import CallTrace, Observed, children_of_root
+from .values import call, to_cpu
+
+__all__ = ["DeviceCall", "apply_evidence", "classify", "evidence_state", "fault_path", "registered_path", "run_device"]
+
+
+@dataclass
+class DeviceCall:
+    """One call on the device: its outputs (on the host) or the exception, and what was observed."""
+
+    out: Any = None
+    error: BaseException | None = None
+    leaf: list[str] = field(default_factory=list)
+    seen: FallbackSeen = field(default_factory=FallbackSeen)
+    observed: Observed = field(default_factory=Observed)
+
+    @property
+    def fell_back(self) -> bool:
+        """Whether any signal saw host fallback during the call."""
+        return FallbackState.observed in (self.seen.state, self.observed.state)
+
+
+def run_device(st: EngineState, fn: Callable[..., Any], values: Any, record: bool = True,
+               profile: bool = True) -> DeviceCall:
+    """Run ``fn(values)`` on the device under the profiler (and, for composites, the leaf recorder).
+
+    Exceptions are kept on the result, with whatever the profiler saw before them. ``profile``
+    False (a warm-up run, e.g. the compiling one) leaves the call-tree evidence ``unknown``.
+    """
+    result = DeviceCall()
+    rec = observe.LeafRecorder() if record else None
+    trace = CallTrace()
+    try:
+        with st.adapter.observe_fallback() as seen, trace if profile else contextlib.nullcontext():
+            result.seen = seen
+            if rec is not None:
+                with rec:
+                    out = call(fn, values)
+            else:
+                out = call(fn, values)
+            st.adapter.synchronize()
+        result.out = to_cpu(out)
+    except Exception as exc:  # noqa: BLE001 - the caller classifies it
+        result.error = exc
+    result.observed = trace.observed
+    result.leaf = rec.ops if rec is not None else []
+    return result
+
+
+def _same_family(a: str, b: str) -> bool:
+    """``aten.abs.default`` and ``aten.abs.out``; ``aten.softmax.int`` and ``aten._softmax.default``."""
+    na, nb = a.split(".")[1].lstrip("_"), b.split(".")[1].lstrip("_")
+    return na == nb or na.startswith(nb) or nb.startswith(na)
+
+
+def _thin(st: EngineState, overload: str, comps: list[str], observed: Observed) -> tuple[str, str] | None:
+    """The one native kernel a composite overload only wraps (component, note), or None."""
+    key = st.adapter.dispatch_key
+    if len(comps) == 1 and _same_family(overload, comps[0]):
+        if observe.registration(observe.qualified(comps[0]), key).backend:
+            return comps[0], f"served by the {comps[0]} kernel"
+    out = observe.out_variant(observe.qualified(overload))
+    event = observe.qualified(overload).split(".")[0]
+    if not comps and out is not None and observe.registration(out, key).backend:
+        # an explicit composite (abs -> abs.out): the call tree shows only its own out= kernel
+        under = children_of_root(observed, event)
+        if all(name == event for name in under):
+            name = out.replace("::", ".") + ("" if "." in out.split("::")[1] else ".default")
+            return name, f"served by the {name} kernel"
+    return None
+
+
+def registered_path(st: EngineState, overload: str, leaf_ops: list[str], observed: Observed
+                    ) -> tuple[ExecPath, list[str], str | None]:
+    """Path of a call that completed, from registrations and leaf ops only."""
+    key = st.adapter.dispatch_key
+    comps = [op for op in dict.fromkeys(leaf_ops) if op not in observe.TRIVIAL_OPS and op != overload]
+    moved = [op for op in dict.fromkeys(leaf_ops) if op in observe.DATA_MOVEMENT]
+    for c in [*comps, *moved]:
+        creg = observe.registration(observe.qualified(c), key)
+        if not creg.backend and not creg.composite and creg.shim is None and st.backend_fallback:
+            return ExecPath.fallback, comps, f"component {c} has no {key} kernel (served by the backend fallback)"
+    if overload.startswith("opinfo."):
+        return ExecPath.composite, comps, "composed in Python from several ATen ops"
+    reg = observe.registration(observe.qualified(overload), key)
+    if reg.backend:
+        return ExecPath.native, [], None
+    if reg.shim is not None:
+        # a structured op: its generic wrapper only calls the out= overload on the backend
+        if reg.out_backend:
+            return ExecPath.native, [], f"served by the {reg.shim} kernel"
+        if st.backend_fallback:
+            return ExecPath.fallback, [reg.shim], f"{reg.shim} has no {key} kernel; served by the backend fallback"
+    if reg.implicit or reg.explicit:
+        thin = _thin(st, overload, comps, observed)
+        if thin is not None:
+            return ExecPath.native, [thin[0]], thin[1]
+        return ExecPath.composite, comps, None if reg.implicit else "CompositeExplicitAutograd kernel"
+    if st.backend_fallback:
+        return ExecPath.fallback, comps, f"no {key} kernel; served by the backend's boxed fallback"
+    return ExecPath.native, [], f"no kernel registered under {key} or a composite key; it ran, so another key served it"
+
+
+def _disagreement(path: ExecPath, dc: DeviceCall) -> str | None:
+    """The note that says which signal said what, when they disagree."""
+    obs, seen = dc.observed, dc.seen
+    parts = []
+    if obs.state is FallbackState.observed:
+        ops = ", ".join(obs.host_ops[:6]) or "no compute op named"
+        parts.append(f"host<->device copies inside the call (profiler); on the host: {ops}")
+        if path is not ExecPath.fallback:
+            parts.append(f"registrations say {path.value}")
+        if seen.state is FallbackState.not_observed:
+            parts.append(f"{seen.source or 'the adapter counter'} saw no fallback")
+    elif seen.state is FallbackState.observed and obs.state is FallbackState.not_observed:
+        parts.append(f"{seen.source or 'the adapter counter'} saw fallback; the call tree shows no host copy")
+    return "; ".join(parts) or None
+
+
+def classify(st: EngineState, overload: str, dc: DeviceCall) -> tuple[ExecPath, list[str], str | None]:
+    """Path, components and note of a call: any observed fallback wins over registrations."""
+    path, comps, note = registered_path(st, overload, dc.leaf, dc.observed)
+    if dc.fell_back:
+        note = "; ".join(filter(None, [note if path is ExecPath.fallback else None, _disagreement(path, dc)]))
+        return ExecPath.fallback, comps, note or None
+    return path, comps, note
+
+
+def evidence_state(dc: DeviceCall) -> tuple[FallbackState, str | None]:
+    """The combined three-state fallback evidence and the signals it came from."""
+    obs, seen = dc.observed, dc.seen
+    sources = [s for s in (seen.source if seen.state is not FallbackState.unknown else None,
+                           "profiler call tree" if obs.state is not FallbackState.unknown else None) if s]
+    if dc.fell_back:
+        return FallbackState.observed, "; ".join(sources) or None
+    if FallbackState.not_observed in (obs.state, seen.state):
+        return FallbackState.not_observed, "; ".join(sources) or None
+    return FallbackState.unknown, obs.why or seen.source
+
+
+def apply_evidence(result: SampleResult, dc: DeviceCall) -> None:
+    """Record the call's fallback evidence on ``result``: state, host ops, copies and bytes."""
+    state, source = evidence_state(dc)
+    result.fallback, result.fallback_source = state, source
+    result.fallback_ops = sorted(set(dc.seen.ops) | set(dc.observed.host_ops))
+    if dc.observed.state is FallbackState.observed:
+        result.copies, result.moved = dc.observed.copies, dc.observed.bytes
+
+
+def fault_path(st: EngineState, overload: str) -> ExecPath:
+    """Path of a call that crashed or hung: the kernel the dispatcher chose, else ``unknown``."""
+    if overload.startswith("opinfo."):
+        return ExecPath.unknown
+    reg = observe.registration(observe.qualified(overload), st.adapter.dispatch_key)
+    if reg.backend or (reg.shim is not None and reg.out_backend):
+        return ExecPath.native
+    if reg.implicit or reg.explicit:
+        return ExecPath.composite
+    if st.backend_fallback:
+        return ExecPath.fallback
+    return ExecPath.unknown

@@ -1,0 +1,84 @@
+"""The compile mode of a unit: run it through the backend's ``torch.compile`` backend.
+
+Eager-unavailable but compile-correct is ``decomposed``; the compiled graph's own run is
+observed with the profiler like an eager call (host copies inside it are fallback)::
+
+    result = probe_compile(st, entry, unit, torch.float32, ref, eager)   # SampleResult, mode compile
+"""
+
+from __future__ import annotations
+
+import torch
+
+from opmatrix.schema import ErrorInfo, ExecPath, FallbackState, Mode, Outcome
+
+from . import observe
+from .backward import event_name
+from .cells import SampleResult
+from .classify import apply_evidence, fault_path, run_device
+from .faults import fault_from_exception
+from .judging import Reference, check_values
+from .source import OpEntry
+from .state import EngineState
+from .units import Unit, device_values
+from .values import error_info, root_cause
+
+__all__ = ["probe_compile"]
+
+
+def _result(unit: Unit) -> SampleResult:
+    return SampleResult(op=unit.overload, rank=unit.rank, layout=unit.layout, mode=Mode.compile,
+                        path=ExecPath.rejected, outcome=Outcome.ok, features=unit.features)
+
+
+def _compiled_path(unit: Unit, eager: SampleResult, ran: list[str], fell_back: bool
+                   ) -> tuple[ExecPath, list[str], str | None]:
+    kept = {event_name(unit.overload), *(event_name(c) for c in (eager.components if eager.path is ExecPath.native else []))}
+    if fell_back:
+        return ExecPath.fallback, [], None
+    if eager.path is ExecPath.rejected or (ran and not kept & set(ran)):
+        # the compiled graph ran other ops than the one called: the compiler decomposed it
+        return ExecPath.decomposed, [n for n in ran if event_name(unit.overload) != n][:24], None
+    path = eager.path if eager.path is not ExecPath.rejected else ExecPath.native
+    # no aten op at all: the graph ran as one backend executable (XLA), opaque to the profiler
+    note = "the compiled graph ran the op itself" if ran else "the compiled graph ran as one opaque executable"
+    return path, [], note
+
+
+def probe_compile(st: EngineState, entry: OpEntry, unit: Unit, dtype: torch.dtype, ref: Reference,
+                  eager: SampleResult) -> SampleResult:
+    """Compile the op for the unit's values, run it once observed, and judge it."""
+    backend = st.adapter.compile_backend()
+    result = _result(unit)
+    if backend is None:
+        result.note = "backend has no torch.compile backend"
+        result.error = ErrorInfo(type="NoCompileBackend", message=result.note, actionable=False)
+        return result
+    import torch._dynamo
+
+    fn = entry.info.op
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda i, *a, **k: fn(i, *a, **k), backend=backend, dynamic=False)
+    unit_id = f"{unit.index}/{unit.layout.value}/compile"
+    # no dispatch mode here (an active TorchDispatchMode makes dynamo run the frame eagerly):
+    # compile once, then observe one execution of the compiled graph with the profiler
+    first = run_device(st, compiled, device_values(unit, st.adapter.device()), False, profile=False)
+    dc = first if first.error is not None else run_device(st, compiled, device_values(unit, st.adapter.device()), False)
+    if dc.error is not None:
+        root = root_cause(dc.error)
+        fault = fault_from_exception(st, unit_id, root)
+        result.error = error_info(root, unit.overload, st.adapter.device_type, str(dtype).removeprefix("torch."))
+        result.outcome = fault or (Outcome.error if dc.fell_back else Outcome.ok)
+        result.path = ExecPath.fallback if dc.fell_back else ExecPath.rejected if fault is None else fault_path(
+            st, unit.overload)
+        apply_evidence(result, dc)
+        return result
+    trivial = {event_name(t) for t in observe.TRIVIAL_OPS}
+    ran = sorted({n for n in dc.observed.names if n.startswith("aten::") and n not in trivial})
+    result.path, result.components, result.note = _compiled_path(unit, eager, ran, dc.fell_back)
+    apply_evidence(result, dc)
+    if dc.observed.state is FallbackState.unknown and dc.seen.state is FallbackState.unknown and not ran:
+        result.fallback = FallbackState.unknown
+    ok = check_values(st, unit, ref, dc.out, dtype, result)[0]
+    result.outcome = Outcome.ok if ok else Outcome.wrong
+    return result

@@ -1,0 +1,100 @@
+"""Faults inside a task: what an exception means, and which units an earlier fault rules out.
+
+The runner re-sends a task that crashed, hung or poisoned its worker, naming the unit that was
+running (``skip``), and after too many faults ``skip_rest``. :class:`SkipPlan` turns that into
+one decision per unit, erasing nothing:
+
+- the faulted unit itself becomes a cell with the fault (its path is the kernel the dispatcher
+  chose, never ``rejected``);
+- the later layouts of a sample that faulted in eager are *not run* (the input is what kills the
+  device); after a backward or compile fault, that mode is not run for the rest of the task;
+- with ``skip_rest``, the units after the last faulted one are *not run*; the units before it
+  ran to the end in an earlier attempt and run again, so their results stay.
+
+A unit that is not run is not a cell: it is listed in ``TaskRecord.not_run`` with the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from opmatrix.schema import ErrorInfo, Outcome
+
+from .cells import SampleResult
+from .classify import fault_path
+from .state import EngineState
+from .units import Unit
+
+__all__ = ["Poisoned", "SkipPlan", "fault_from_exception", "fault_result", "poisoned_error"]
+
+
+class Poisoned(Exception):
+    """Raised when the device fails its health check after a fault (replace the worker)."""
+
+    def __init__(self, unit: str, message: str):
+        super().__init__(message)
+        self.unit, self.message = unit, message
+
+
+def poisoned_error(unit: str, message: str) -> Exception:
+    """The runner's :class:`WorkerPoisoned` (or the engine's own signal without a runner)."""
+    try:
+        from opmatrix.probes.runner.task import WorkerPoisoned
+    except ImportError:  # runner not available: the engine's own signal
+        return Poisoned(unit, message)
+    return WorkerPoisoned(unit, message)  # type: ignore[no-any-return]
+
+
+def fault_from_exception(st: EngineState, unit_id: str, exc: BaseException) -> Outcome | None:
+    """None for a clean rejection (no health check: a rejection never poisons); otherwise
+    ``oom`` or ``error``, or raise :func:`poisoned_error` when the device check that passed
+    before fails now (positive evidence only)."""
+    verdict = st.adapter.classify_exception(exc)
+    if verdict.outcome == "rejected":
+        return None
+    problem = st.adapter.poisoned_after_fault()
+    if problem is not None:
+        raise poisoned_error(unit_id, f"device unusable after {type(exc).__name__}: {problem}")
+    return Outcome.oom if verdict.outcome == "oom" else Outcome.error
+
+
+def fault_result(st: EngineState, unit: Unit, mode: Any, fault: Any) -> SampleResult:
+    """The cell of a unit the runner saw fault (crashed, hung, poisoned, oom)."""
+    return SampleResult(op=unit.overload, rank=unit.rank, layout=unit.layout, mode=mode,
+                        path=fault_path(st, unit.overload), outcome=Outcome(fault.outcome), features=unit.features,
+                        error=ErrorInfo(type=fault.outcome, message=fault.message[:500], actionable=False,
+                                        signal=fault.signal))
+
+
+class SkipPlan:
+    """Which units of a task run, fault, or are not run, from the runner's ``skip``/``skip_rest``."""
+
+    def __init__(self, skip: Mapping[str, Any] | None, skip_rest: Any):
+        self.skip = dict(skip or {})
+        self.rest = skip_rest
+        self.pending = set(self.skip)  # faulted units not yet passed in this attempt
+        self.faulted: dict[tuple[str, str], str] = {}  # (sample index, mode) -> the unit that faulted
+        self.not_run: dict[str, str] = {}
+
+    def decide(self, unit: Unit, uid: str) -> Any:
+        """``"run"``, ``"not_run"`` (recorded here) or the unit's fault (a :class:`Skip`)."""
+        self.pending.discard(uid)
+        fault = self.skip.get(uid)
+        mode = uid.rsplit("/", 1)[-1]
+        # eager faults depend on the input (roll dies on empty inputs only): that sample; a
+        # backward or compile fault is the op's: that mode, for the rest of the task
+        kind = (unit.index if mode == "eager" else "*", mode)
+        if fault is not None:
+            self.faulted.setdefault(kind, uid)
+            return fault
+        first = self.faulted.get(kind)
+        if first is not None:
+            outcome = self.skip[first].outcome
+            what = f"sample {unit.index}" if kind[0] != "*" else f"the {kind[1]} of this op"
+            self.not_run[uid] = f"not run: {what} {outcome} the worker in unit {first}"
+            return "not_run"
+        if self.rest is not None and not self.pending:
+            self.not_run[uid] = self.rest.message if "not run" in self.rest.message else f"not run: {self.rest.message}"
+            return "not_run"
+        return "run"

@@ -1,0 +1,96 @@
+"""Judging a device's outputs: the CPU reference (same dtype and upcast) and the comparison.
+
+    ref = reference(fn, unit.cpu_values, torch.bfloat16, unit.post)   # CPU outputs, bf16 and fp32
+    ok, res, comparable, broken = check_values(st, unit, ref, out, torch.bfloat16, result)
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from opmatrix.schema import ReferenceKind
+
+from .cells import SampleResult
+from .numerics import Comparison, compare, dtype_mismatch, leaves, tolerance_for, upcast_dtype, values_comparable
+from .state import EngineState
+from .units import Unit
+from .values import call, identity, to_cpu, upcast
+
+__all__ = ["Reference", "check_values", "judge", "post", "reference"]
+
+
+@dataclass
+class Reference:
+    """The CPU's outputs at the probed dtype, and in higher precision for low-precision dtypes."""
+
+    same: Any
+    upcast: Any | None
+
+
+def reference(fn: Callable[..., Any], cpu_values: Any, dtype: torch.dtype, post: Callable[[Any], Any] = identity
+               ) -> Reference:
+    """The CPU's outputs, through the sample's ``post`` (see :func:`post`), at the dtype and upcast."""
+    same = post(to_cpu(call(fn, cpu_values)))
+    up = upcast_dtype(dtype)
+    higher = None
+    if up is not None:
+        with contextlib.suppress(Exception):
+            higher = post(to_cpu(call(fn, upcast(cpu_values, dtype, up))))
+    return Reference(same, higher)
+
+
+def post(unit: Unit, out: Any) -> tuple[Any, str | None]:
+    """The device's outputs as OpInfo compares them: through the sample's output_process_fn_grad.
+
+    OpInfo's name for it is unfortunate: linalg samples use it to make outputs that are defined
+    only up to sign or phase comparable (singular and eigen vectors: ``U.abs()``, ``U @ Vh``),
+    exactly as PyTorch's own ``test_compare_cpu`` does; for most samples it is the identity.
+    Returns the processed outputs, or the raw ones and why processing failed (then wrong).
+    """
+    try:
+        return unit.post(out), None
+    except Exception as exc:  # noqa: BLE001 - the device's outputs have another structure
+        shapes = ", ".join(str(tuple(t.shape)) for t in leaves(out) if isinstance(t, torch.Tensor))
+        return out, (f"the device's outputs (shapes {shapes}) fail OpInfo's output processing, which the CPU's pass: "
+                     f"{type(exc).__name__}: {str(exc)[:160]}")
+
+
+def judge(ref: Reference, out: Any, op: str, dtype: torch.dtype, comparable: bool) -> tuple[bool, Any]:
+    rtol, atol = tolerance_for(op, dtype)
+    kind = ReferenceKind.cpu_same_dtype
+    wrong_dtype = dtype_mismatch(out, ref.same)
+    if wrong_dtype is not None:  # the upcast reference compares values only, never dtypes
+        return False, (Comparison(False, detail=wrong_dtype), rtol, atol, kind)
+    res = compare(out, ref.same, rtol, atol, values=comparable)
+    if ref.upcast is not None:
+        up = compare(out, ref.upcast, rtol, atol, values=comparable)
+        if up.ok or not res.ok:
+            res, kind = up, ReferenceKind.cpu_upcast
+        if not res.ok and compare(out, ref.same, rtol, atol, values=comparable).ok:
+            res, kind = compare(out, ref.same, rtol, atol, values=comparable), ReferenceKind.cpu_same_dtype
+    return res.ok, (res, rtol, atol, kind)
+
+
+def check_values(st: EngineState, unit: Unit, ref: Reference, out: Any, dtype: torch.dtype, result: SampleResult
+                  ) -> tuple[bool, Comparison, bool, str | None]:
+    """Judge a call's outputs against the reference and record the numerics on ``result``.
+
+    Returns (ok, the comparison, whether values were compared, why OpInfo's output processing
+    failed on the device's outputs or None).
+    """
+    comparable = st.adapter.device_type != "meta" and values_comparable(unit.overload) and unit.undefined is None
+    if unit.undefined is not None:
+        result.note = "; ".join(filter(None, [result.note, unit.undefined]))
+    out, broken = post(unit, out)
+    ok, (res, rtol, atol, kind) = judge(ref, out, unit.overload, dtype, comparable)
+    if broken is not None:
+        ok, res.detail = False, broken
+    if comparable:
+        result.rtol, result.atol, result.reference = rtol, atol, kind
+        result.max_abs, result.max_rel = res.max_abs, res.max_rel
+    return ok, res, comparable, broken

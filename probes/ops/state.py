@@ -1,0 +1,75 @@
+"""What the engine keeps per worker (:class:`EngineState`) and what it probes (:class:`ProbeOptions`).
+
+    st = engine_state(ctx)         # built once per worker, kept in ctx.cache
+    st.adapter, st.ops["softmax"], st.backend_fallback
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from opmatrix.backend import Adapter
+from opmatrix.schema import Layout
+
+from . import observe
+from .source import OpEntry, all_ops
+
+__all__ = ["EngineState", "InlineContext", "ProbeOptions", "engine_state"]
+
+
+@dataclass
+class ProbeOptions:
+    """What to probe for each task."""
+
+    layouts: tuple[Layout, ...] = tuple(Layout)
+    autograd: bool = True
+    #: off | auto (eager-unavailable cells, plus compiled == eager for one sample per op at
+    #: ``representative_dtype``) | all (that check at every dtype)
+    compile: str = "auto"
+    representative_dtype: str = "float32"
+    max_samples: int | None = None
+    autograd_per_cell: int = 2
+    retry_wrong: bool = True
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> ProbeOptions:
+        """Options from the runner's JSON payload (unknown keys ignored)."""
+        d = dict(d or {})
+        if "layouts" in d and d["layouts"] is not None:
+            d["layouts"] = tuple(Layout(v) for v in d["layouts"])
+        else:
+            d.pop("layouts", None)
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+
+@dataclass
+class EngineState:
+    """Per-worker state: the adapter, the OpInfo table, the overload cache, registrations."""
+
+    adapter: Adapter
+    ops: dict[str, OpEntry]
+    overloads: observe.OverloadCache = field(default_factory=observe.OverloadCache)
+    backend_fallback: bool = False
+
+
+def engine_state(ctx: Any) -> EngineState:
+    """The worker's engine state, built on first use (also measures the health baseline)."""
+    cache = ctx.cache
+    st = cache.get("op_engine")
+    if st is None:
+        st = EngineState(ctx.adapter, {o.full_name: o for o in all_ops()})
+        st.backend_fallback = observe.has_backend_fallback(ctx.adapter.dispatch_key)
+        ctx.adapter.health_baseline()  # before any probe: "poisoned" needs it to have passed
+        cache["op_engine"] = st
+    return st  # type: ignore[no-any-return]
+
+
+class InlineContext:
+    """A worker context for in-process use (tests, the naive benchmark loop)."""
+
+    def __init__(self, adapter: Adapter):
+        self.adapter = adapter
+        self.cache: dict[str, Any] = {}
+        self.options: dict[str, Any] = {}

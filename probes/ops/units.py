@@ -1,0 +1,161 @@
+"""The units of a task: every sample of an OpInfo, its argument variants and its layouts.
+
+A *unit* is one sample in one layout, with the overload it calls (resolved per full argument
+signature: kinds, ranks and dtypes) and the argument features its cell may be conditioned on::
+
+    for unit in units(st, entry, samples, opts, undefined=None):
+        unit.index, unit.layout, unit.overload, unit.rank     # "3.1", transposed, aten.add.Tensor, 3
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from opmatrix.schema import TENSOR, Layout, features_of
+
+from . import observe
+from .layouts import primary_tensor, to_device, transform_sample
+from .source import OpEntry
+from .state import EngineState, ProbeOptions
+from .values import call, identity, map_tensors
+
+__all__ = ["Unit", "device_values", "overload_of", "units"]
+
+
+def _named_features(overload: str, values: Any, rank: int) -> dict[str, str]:
+    inp, args, kwargs = values
+    named: dict[str, Any] = {}
+    try:
+        ns, name, ov = overload.split(".", 2)
+        schema = getattr(getattr(getattr(torch.ops, ns), name), ov)._schema
+        arg_names = [a.name for a in schema.arguments]
+    except (AttributeError, ValueError):
+        arg_names = []
+    positional = [inp, *args]
+    for i, v in enumerate(positional):
+        named[arg_names[i] if i < len(arg_names) else f"arg{i}"] = v
+    named.update(kwargs)
+    plain = {k: (TENSOR if isinstance(v, torch.Tensor) else str(v).removeprefix("torch.") if isinstance(v, torch.dtype)
+                 else v) for k, v in named.items()}
+    plain.pop("self", None)
+    plain.pop("input", None)
+    return features_of(plain, rank)
+
+
+@dataclass
+class Unit:
+    index: str
+    layout: Layout
+    cpu_values: Any  # values with CPU tensors (the layout's views)
+    variants: Any  # values with Variants
+    rank: int
+    overload: str
+    features: dict[str, str]
+    post: Callable[[Any], Any] = identity  # the sample's output_process_fn_grad
+    undefined: str | None = None  # why the values cannot be compared (OpInfo; dropout_p > 0)
+
+
+def device_values(unit: Unit, device: Any) -> Any:
+    """The unit's values with every tensor on ``device`` in the unit's layout."""
+    return map_tensors(unit.variants, lambda v: to_device(v, device))
+
+
+def overload_of(st: EngineState, entry: OpEntry, values: Any) -> str:
+    key = f"{entry.full_name}|{observe.signature_of(values)!r}"
+    calls = st.overloads.get(key)
+    if calls is None:
+        try:
+            calls = observe.top_level_overloads(entry.info.op, values)
+        except Exception:  # noqa: BLE001 - tracing is best effort; fall back to the CPU leaf ops
+            rec = observe.LeafRecorder()
+            try:
+                with rec:
+                    call(entry.info.op, values)
+            except Exception:  # noqa: BLE001
+                pass
+            calls = rec.ops
+        st.overloads.put(key, calls)
+    return observe.primary_overload(calls) or f"opinfo.{entry.full_name}"  # several ops: the OpInfo itself
+
+
+def _dim_position(overload: str, values: Any) -> tuple[str, Any] | None:
+    """Where an integer ``dim`` argument sits in ``values``: ("kw", name) or ("pos", index)."""
+    inp, args, kwargs = values
+    for name in ("dim", "axis"):
+        if isinstance(kwargs.get(name), int) and not isinstance(kwargs.get(name), bool):
+            return ("kw", name)
+    try:
+        ns, name, ov = overload.split(".", 2)
+        schema = getattr(getattr(getattr(torch.ops, ns), name), ov)._schema
+    except (AttributeError, ValueError):
+        return None
+    for i, a in enumerate(schema.arguments):
+        if a.name in ("dim", "axis") and str(a.type) == "int" and 0 < i <= len(args):
+            v = args[i - 1]
+            if isinstance(v, int) and not isinstance(v, bool):
+                return ("pos", i - 1)
+    return None
+
+
+def _arg_variants(overload: str, base: Any) -> list[Any]:
+    """The sample with its ``dim`` moved to the first and the last axis (argument conditions
+    such as "native for the last axis" are only observable when both occur)."""
+    where = _dim_position(overload, base)
+    primary = primary_tensor(base)
+    if where is None or primary is None or primary.dim() < 2:
+        return []
+    inp, args, kwargs = base
+    current = kwargs[where[1]] if where[0] == "kw" else args[where[1]]
+    rank = primary.dim()
+    out = []
+    for d in (0, rank - 1):
+        if d % rank == current % rank:
+            continue
+        if where[0] == "kw":
+            out.append((inp, args, {**kwargs, where[1]: d}))
+        else:
+            a = list(args)
+            a[where[1]] = d
+            out.append((inp, tuple(a), kwargs))
+    return out
+
+
+def units(st: EngineState, entry: OpEntry, samples: list[Any], opts: ProbeOptions, undefined: str | None
+           ) -> Iterator[Unit]:
+    seen_dims: set[Any] = set()
+    for i, s in enumerate(samples):
+        first = (s.input, tuple(s.args), dict(s.kwargs))
+        overload0 = overload_of(st, entry, first)
+        bases = [(str(i), first)]
+        for k, v in enumerate(_arg_variants(overload0, first)):
+            shape = tuple(primary_tensor(v).shape)  # type: ignore[union-attr]
+            key = (observe.signature_of(v), shape, repr(v[1:]))
+            if key not in seen_dims:
+                seen_dims.add(key)
+                bases.append((f"{i}.{k + 1}", v))
+        post = getattr(s, "output_process_fn_grad", None) or identity
+        random = "values not compared: dropout_p > 0 makes them random" if _number(s.kwargs.get("dropout_p")) > 0 else None
+        for index, base in bases:
+            for unit in _layout_units(st, entry, index, base, opts, overload0):
+                unit.post, unit.undefined = post, undefined or random
+                yield unit
+
+
+def _number(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+
+
+def _layout_units(st: EngineState, entry: OpEntry, index: str, base: Any, opts: ProbeOptions,
+                  overload: str) -> Iterator[Unit]:
+    for layout in opts.layouts:
+        variants = transform_sample(base, layout)
+        if variants is None:
+            continue
+        cpu_values = map_tensors(variants, lambda v: v.view)
+        primary = primary_tensor(cpu_values)
+        rank = primary.dim() if primary is not None else 0
+        yield Unit(index, layout, cpu_values, variants, rank, overload, _named_features(overload, base, rank))

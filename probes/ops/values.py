@@ -1,0 +1,87 @@
+"""Small helpers on sample values ``(input, args, kwargs)`` and on the exceptions a call raises.
+
+    out = call(torch.add, (x, (y,), {"alpha": 2}))        # torch.add(x, y, alpha=2)
+    to_cpu(out)                                          # detached host copies, meta kept
+    error_info(exc, "aten.add.Tensor", "refaccel", "int8").actionable
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from opmatrix.schema import ErrorInfo
+
+from .layouts import Variant, map_values
+
+__all__ = ["call", "error_info", "identity", "map_tensors", "root_cause", "to_cpu", "upcast", "where"]
+
+
+def map_tensors(obj: Any, fn: Callable[[Any], Any]) -> Any:
+    """``fn`` applied to every tensor (and layout :class:`Variant`) inside ``obj``."""
+    return map_values(obj, fn, (torch.Tensor, Variant))
+
+
+def to_cpu(obj: Any) -> Any:
+    """Detached host copies of every tensor in ``obj`` (meta tensors stay as they are)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu() if obj.device.type != "meta" else obj
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(to_cpu(o) for o in obj) if not hasattr(obj, "_fields") else tuple(to_cpu(o) for o in obj)
+    return obj
+
+
+def call(fn: Callable[..., Any], values: Any) -> Any:
+    """``fn(input, *args, **kwargs)``."""
+    inp, args, kwargs = values
+    return fn(inp, *args, **kwargs)
+
+
+def upcast(values: Any, dtype: torch.dtype, to: torch.dtype) -> Any:
+    """``values`` with every ``dtype`` tensor converted to ``to``."""
+    return map_tensors(values, lambda t: t.to(to) if t.dtype == dtype else t)
+
+
+def identity(out: Any) -> Any:
+    """The outputs unchanged (the default output processing)."""
+    return out
+
+
+_LEGACY = {"float64": "double", "float32": "float", "float16": "half", "bfloat16": "bfloat16", "int64": "long",
+           "int32": "int", "int16": "short", "int8": "char", "uint8": "byte", "bool": "bool",
+           "complex64": "complexfloat", "complex128": "complexdouble"}
+
+
+def error_info(exc: BaseException, op: str, device: str, dtype: str) -> ErrorInfo:
+    """The exception as recorded; actionable when it names the op and the dtype or device."""
+    message = str(exc).strip().splitlines()[0][:500] if str(exc).strip() else type(exc).__name__
+    low = message.lower()
+    base = op.split(".")[1] if "." in op else op
+    names_op = base.lower() in low or base.lstrip("_").lower() in low
+    dtype_words = {dtype.lower(), str(getattr(torch, dtype, dtype)).lower()}
+    if dtype in _LEGACY:
+        dtype_words.add(_LEGACY[dtype])
+    names_ctx = any(w in low for w in dtype_words) or device.lower() in low
+    return ErrorInfo(type=type(exc).__name__, message=message, actionable=names_op and names_ctx)
+
+
+def root_cause(exc: BaseException) -> BaseException:
+    """The innermost cause of a wrapped exception (dynamo wraps the backend's own)."""
+    seen = 0
+    while seen < 8:
+        inner = getattr(exc, "inner_exception", None) or exc.__cause__
+        if inner is None or inner is exc:
+            return exc
+        exc, seen = inner, seen + 1
+    return exc
+
+
+def where(exc: BaseException) -> str:
+    """An engine failure's message with the line that raised it (a bare assert says nothing)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    at = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno} in {frames[-1].name})" if frames else ""
+    return f"{type(exc).__name__}: {str(exc)[:400]}{at}"

@@ -1,0 +1,139 @@
+"""The runner's ``workload`` task: one workload x dtype x mode in an isolated worker.
+
+Planned by :func:`plan_workload_tasks`; ``handle`` runs the steps in order, telling the runner
+before each one (``progress``) so a crash, hang or OOM is blamed on the step, and returns a
+:class:`~opmatrix.schema.workloads.WorkloadRecord`::
+
+    tasks = plan_workload_tasks(["mlp", "tinygpt"], ["float32"], ["eager", "compile"])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from opmatrix.schema import CheckResult, FallbackState, Outcome
+from opmatrix.schema.workloads import HostFallback, StepResult, WorkloadRecord, WorkloadResult, WorkloadStep
+
+from . import compiled, steps
+from .catalog import DTYPES, WORKLOADS, build
+from .observe import copies_during, device_peak, host_rss, reset_peak
+
+__all__ = ["plan_workload_tasks", "handle", "fault_result", "task_id"]
+
+_EAGER = (WorkloadStep.to_device, WorkloadStep.inference, WorkloadStep.training, WorkloadStep.state_dict)
+_COMPILE = (WorkloadStep.to_device, WorkloadStep.inference, WorkloadStep.dynamic_shapes, WorkloadStep.mutation,
+            WorkloadStep.custom_op)
+
+
+def task_id(name: str, dtype: str, mode: str) -> str:
+    """``workload:NAME|DTYPE|MODE``."""
+    return f"workload:{name}|{dtype}|{mode}"
+
+
+def plan_workload_tasks(names: list[str], dtypes: list[str], modes: list[str], seed: int = 0) -> list[Any]:
+    """One ``workload`` task per name x dtype x mode, in a stable order (after the op tasks)."""
+    from opmatrix.probes.runner import Task
+
+    tasks = []
+    for name in names:
+        for dtype in dtypes:
+            for mode in modes:
+                tasks.append(Task(id=task_id(name, dtype, mode), kind="workload", order=1_000_000 + len(tasks),
+                                  payload={"workload": name, "dtype": dtype, "mode": mode, "seed": seed}))
+    return tasks
+
+
+def _result(task: Any, outcome: Outcome, **fields: Any) -> WorkloadResult:
+    p = task.payload
+    spec = WORKLOADS.get(p["workload"])
+    return WorkloadResult(workload=p["workload"], dtype=p["dtype"], mode=p["mode"], outcome=outcome,
+                          description=spec.description if spec else "user workload", **fields)
+
+
+def fault_result(task: Any, outcome: str, text: str) -> WorkloadRecord:
+    """The record of a workload whose worker crashed, hung, ran out of memory or was poisoned."""
+    return WorkloadRecord(task=task.id, result=_result(task, Outcome(outcome), error=text[-2000:]))
+
+
+def _step_fn(step: WorkloadStep, run: steps.Run, backend: Any, stats: dict[str, Any]) -> Callable[[], StepResult]:
+    if step is WorkloadStep.to_device:
+        return lambda: steps.move(run)
+    if step is WorkloadStep.training:
+        return lambda: steps.training(run)
+    if step is WorkloadStep.state_dict:
+        return lambda: steps.state_dict_round_trip(run)
+    if step is WorkloadStep.inference:
+        if backend is None:
+            return lambda: steps.inference(run)
+        return lambda: compiled.compiled_inference(run, backend, stats)
+    if step is WorkloadStep.dynamic_shapes:
+        return lambda: compiled.dynamic_shapes(run, stats)
+    if step is WorkloadStep.mutation:
+        return lambda: compiled.mutation(run, backend)
+    return lambda: compiled.custom_op(run, backend)
+
+
+def _run_steps(ctx: Any, task: Any, run: steps.Run, backend: Any, progress: Callable[[str], None],
+               stats: dict[str, Any]) -> dict[WorkloadStep, StepResult]:
+    results: dict[WorkloadStep, StepResult] = {}
+    order = _COMPILE if backend is not None else _EAGER
+    for step in order:
+        if run.model is None and step is not WorkloadStep.to_device:
+            results[step] = StepResult(result=CheckResult.unknown, evidence="not run: to_device failed")
+            continue
+        unit = f"{task.id}:{step.value}"
+        progress(unit)
+        run.step_ops = set()
+        results[step] = steps.guarded(ctx.adapter, _step_fn(step, run, backend, stats))
+        if run.step_ops:
+            results[step] = results[step].model_copy(update={"host_fallback": sorted(run.step_ops)})
+        if step is WorkloadStep.to_device and backend is not None and run.model is not None:
+            seen = set(run.fallback_ops)  # the eager output for compiled == eager; its fallback is eager's
+            quiet = steps.guarded(ctx.adapter, lambda: steps.inference(run))
+            run.fallback_ops = seen
+            if quiet.result is not CheckResult.passed:
+                run.eager_out = None
+        if results[step].outcome in (Outcome.error, Outcome.oom):
+            ctx.check_health(unit)
+    return results
+
+
+def _outcome(results: Mapping[WorkloadStep, StepResult]) -> Outcome:
+    worst = Outcome.ok
+    for r in results.values():
+        if r.outcome > worst:
+            worst = r.outcome
+    return worst
+
+
+def handle(ctx: Any, task: Any, progress: Callable[[str], None], skip: Mapping[str, Any], skip_rest: Any) -> WorkloadRecord:
+    """Run workload task ``task`` (payload: workload, dtype, mode, seed) on ``ctx.adapter``."""
+    p = task.payload
+    fault = skip_rest or next(iter(skip.values()), None)
+    if fault is not None:
+        where = next(iter(skip), task.id)
+        return fault_result(task, fault.outcome, f"{fault.outcome} at {where}: {fault.message}")
+    wl = build(p["workload"], DTYPES[p["dtype"]], int(p.get("seed", 0)))
+    run = steps.Run(adapter=ctx.adapter, workload=wl, device=ctx.adapter.device(), plain=p["mode"] == "compile")
+    backend = None
+    if p["mode"] == "compile":
+        backend = ctx.adapter.compile_backend()
+        if backend is None:
+            return WorkloadRecord(task=task.id, result=_result(task, Outcome.ok, inputs=wl.input_desc,
+                                  error="the backend has no torch.compile backend"))
+    stats: dict[str, Any] = {}
+    reset_peak(ctx.adapter)
+    results, copies = copies_during(lambda: _run_steps(ctx, task, run, backend, progress, stats))
+    fallback = HostFallback(
+        state=FallbackState.observed if run.fallback_ops else FallbackState(run.fallback_state),
+        ops=sorted(run.fallback_ops), copies=copies[0], copy_bytes=copies[1])
+    comp = compiled.timings(run, stats, str(backend)) if backend is not None else None
+    result = _result(task, _outcome(results), inputs=wl.input_desc, steps=results, host_fallback=fallback,
+                     host_rss_bytes=host_rss(), device_peak_bytes=device_peak(ctx.adapter),
+                     to_device_seconds=results[WorkloadStep.to_device].seconds, compile=comp)
+    stats.clear()
+    torch._dynamo.reset() if backend is not None else None
+    return WorkloadRecord(task=task.id, result=result, evidence_key=ctx.adapter.evidence_key())

@@ -1,0 +1,75 @@
+"""A content-addressed cache of validated artifacts, so that loading a large matrix stays fast.
+
+Parsing YAML is the slow part of loading a matrix (even with libyaml, every node passes through
+Python), while validating the same data from JSON takes pydantic's Rust core a few tens of
+milliseconds. The YAML file stays the artifact of record; after a strict load, the validated
+model is also kept as JSON under a key made of
+
+- the SHA-256 of the YAML file's bytes (an edited file never hits a stale entry), and
+- a hash of the model's JSON Schema and the opmatrix version (a schema change misses),
+
+like ``__pycache__`` for a module. The JSON is validated again when read, so a corrupted entry
+is only a miss. Location: ``matrices/`` under :func:`opmatrix.schema.files.cache_dir`'s root;
+``OPMATRIX_NO_CACHE=1`` turns it off. A cache that cannot be written (read-only home) is
+skipped: it only ever saves time. Every reader of a matrix (``Matrix.load``, the gate, reports,
+``validate``, ``diff``) goes through ``load_matrix`` and so through this cache.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from .files import cache_dir, write_text_atomic
+from .version import __version__
+
+__all__ = ["load_cached"]
+
+M = TypeVar("M", bound=BaseModel)
+
+
+@functools.lru_cache(maxsize=8)
+def _schema_tag(model: type[BaseModel]) -> str:
+    schema = json.dumps(model.model_json_schema(), sort_keys=True)
+    return hashlib.sha256(f"{__version__}\n{schema}".encode()).hexdigest()[:16]
+
+
+def load_cached(path: str | os.PathLike[str], model: type[M], parse: Callable[[str, str], M],
+                strict: Callable[[], M]) -> M:
+    """``strict()``'s model of ``path``, served from the cache when the same bytes were loaded before.
+
+    ``parse(text, where)`` validates the text strictly (a miss); ``strict()`` loads the file
+    when it cannot be read or decoded here, so that its errors are worded as always.
+    """
+    folder = cache_dir("matrices")
+    if folder is None:
+        return strict()
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return strict()
+    entry = folder / f"{hashlib.sha256(data).hexdigest()}-{_schema_tag(model)}.json"
+    try:
+        return model.model_validate_json(entry.read_bytes())
+    except (OSError, ValidationError):
+        pass  # a miss (or an entry that is not valid any more): load strictly
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return strict()
+    # parse the very bytes that were hashed: a file replaced meanwhile cannot poison the entry
+    loaded = parse(text, str(path))
+    try:
+        # json.dumps keeps inf/nan (as Infinity/NaN, which pydantic reads back); model_dump_json
+        # would write null and a second, cached load would lose them
+        write_text_atomic(entry, json.dumps(loaded.model_dump(mode="json"), allow_nan=True))
+    except OSError:
+        pass
+    return loaded

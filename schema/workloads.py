@@ -1,0 +1,162 @@
+"""Levels 3 and 4: workload runs in the matrix, and what a contract requires of them.
+
+One :class:`WorkloadResult` per workload x dtype x mode: each step (``to_device``, ``inference``,
+``training``, ``state_dict``; in compile mode also ``dynamic_shapes``, ``mutation``,
+``custom_op``) with its outcome and evidence, the host fallback observed, memory and timings::
+
+    workloads:
+    - workload: tinygpt
+      dtype: float32
+      mode: eager
+      outcome: ok
+      steps: {inference: {result: pass, max_abs_error: 0.0, ...}, ...}
+      host_fallback: {state: observed, ops: [aten::cumsum], predicted: [aten::cumsum]}
+
+A contract's :class:`WorkloadRequirement` names workloads (``all``: every one in the matrix),
+dtypes, a mode, the steps that must pass and bounds (host fallback ops, memory, graph breaks,
+speedup after compile cost).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, Field
+
+from .base import Model
+from .enums import CheckResult, DType, FallbackState, Mode, Outcome
+
+__all__ = ["WorkloadStep", "StepResult", "HostFallback", "CompileStats", "WorkloadResult", "WorkloadRecord",
+           "WorkloadRequirement", "WorkloadList"]
+
+
+class WorkloadStep(str, enum.Enum):
+    """The steps a workload run takes (the last three in compile mode only)."""
+
+    to_device = "to_device"
+    inference = "inference"
+    training = "training"
+    state_dict = "state_dict"
+    dynamic_shapes = "dynamic_shapes"
+    mutation = "mutation"
+    custom_op = "custom_op"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class StepResult(Model):
+    """One step's result: pass / fail / unknown, the error or mismatch, figures."""
+
+    result: CheckResult
+    outcome: Outcome = Outcome.ok
+    evidence: str = ""
+    seconds: float = Field(default=0.0, ge=0)
+    max_abs_error: float | None = Field(default=None, description="max |device - reference| over outputs")
+    ref_max_abs: float | None = Field(default=None, description="max |reference|, for a contract's rtol")
+    rtol: float | None = None
+    atol: float | None = None
+    host_fallback: list[str] = Field(default_factory=list, description="ops seen on the host during this step")
+
+
+class HostFallback(Model):
+    """Ops that ran on the host during the workload, host<->device copies, and the matrix's prediction."""
+
+    state: FallbackState = FallbackState.unknown
+    ops: list[str] = Field(default_factory=list, description="ATen overloads the adapter saw run on the host")
+    copies: int | None = Field(default=None, ge=0, description="host<->device copies the profiler saw")
+    copy_bytes: int | None = Field(default=None, ge=0)
+    predicted: list[str] | None = Field(
+        default=None, description="of those ops, the ones the operator matrix predicted (None: no ops probed)"
+    )
+
+
+class CompileStats(Model):
+    """Level 4 figures from dynamo's own counters and timings."""
+
+    backend: str
+    graph_breaks: int = Field(default=0, ge=0)
+    break_reasons: list[str] = Field(default_factory=list)
+    recompiles: int = Field(default=0, ge=0, description="compiles beyond the first (dynamic shapes)")
+    graphs: int = Field(default=0, ge=0)
+    compile_seconds: float = Field(default=0.0, ge=0)
+    eager_ms: float | None = Field(default=None, ge=0, description="steady-state eager call on the device")
+    compiled_ms: float | None = Field(default=None, ge=0, description="steady-state compiled call")
+    speedup: float | None = Field(default=None, ge=0, description="eager_ms / compiled_ms")
+    break_even_calls: int | None = Field(default=None, ge=0, description="calls until compile time pays off (None: never)")
+
+
+class WorkloadResult(Model):
+    """One workload x dtype x mode."""
+
+    workload: str
+    dtype: DType
+    mode: Mode = Mode.eager
+    outcome: Outcome = Field(description="ok when every step ran; else the first fault or failure")
+    description: str = ""
+    inputs: str = Field(default="", description="input shapes, dtype, how generated, seed")
+    steps: dict[WorkloadStep, StepResult] = Field(default_factory=dict)
+    host_fallback: HostFallback = Field(default_factory=HostFallback)
+    host_rss_bytes: int | None = Field(default=None, ge=0)
+    device_peak_bytes: int | None = Field(default=None, ge=0, description="None: the runtime does not report it")
+    to_device_seconds: float | None = Field(default=None, ge=0)
+    compile: CompileStats | None = None
+    error: str | None = None
+
+    def key(self) -> tuple[str, str, str]:
+        """(workload, dtype, mode): unique in a matrix."""
+        return (self.workload, self.dtype.value, self.mode.value)
+
+    def failed_steps(self) -> list[str]:
+        """Steps that did not pass, as ``step: evidence``."""
+        return [f"{k.value}: {v.evidence}" for k, v in self.steps.items() if v.result is not CheckResult.passed]
+
+
+class WorkloadRecord(Model):
+    """The journal line for one workload task (one workload x dtype x mode)."""
+
+    kind: Literal["workload"] = "workload"
+    task: str
+    result: WorkloadResult
+    evidence_key: str = ""
+
+
+class WorkloadRequirement(Model):
+    """Levels 3/4: which workloads must run, how well, and within which bounds."""
+
+    names: list[str] = Field(min_length=1, description="workload names, or ['all'] for every one in the matrix")
+    dtypes: list[DType] = Field(default_factory=lambda: [DType("float32")])
+    mode: Mode = Mode.eager
+    steps: list[WorkloadStep] = Field(
+        default_factory=lambda: [WorkloadStep.to_device, WorkloadStep.inference],
+        description="steps that must pass (compiled == eager is the inference step in compile mode)",
+    )
+    rtol: float | None = Field(default=None, ge=0, description="overrides each workload's own tolerance")
+    atol: float | None = Field(default=None, ge=0)
+    max_host_fallback_ops: int | None = Field(
+        default=None, ge=0, description="distinct ops run on the host, besides allow_host_fallback (0 = forbidden)"
+    )
+    allow_host_fallback: list[str] = Field(
+        default_factory=list, description="fnmatch patterns of ops accepted on the host (e.g. aten::gelu*)"
+    )
+    max_device_memory_mb: float | None = Field(default=None, gt=0)
+    max_host_rss_mb: float | None = Field(default=None, gt=0)
+    max_graph_breaks: int | None = Field(default=None, ge=0)
+    max_recompiles: int | None = Field(default=None, ge=0)
+    min_speedup: float | None = Field(default=None, gt=0, description="steady-state compiled speedup over eager")
+    max_break_even_calls: int | None = Field(default=None, ge=1, description="compile cost repaid within N calls")
+    name: str | None = None
+
+
+def _unique(results: list[WorkloadResult]) -> list[WorkloadResult]:
+    seen: set[tuple[str, str, str]] = set()
+    for r in results:
+        if r.key() in seen:
+            raise ValueError(f"workload {'/'.join(r.key())} is listed twice; keep one entry per workload x dtype x mode")
+        seen.add(r.key())
+    return results
+
+
+#: the matrix's ``workloads`` section: unique per workload x dtype x mode
+WorkloadList = Annotated[list[WorkloadResult], AfterValidator(_unique)]

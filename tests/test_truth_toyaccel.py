@@ -1,0 +1,149 @@
+"""Truth on a backend opmatrix did not write: ``tests/toyaccel.py``, probed as a user would.
+
+Each test runs ``opmatrix probe --backend tests.toyaccel:ToyAdapter`` in a subprocess (real
+spawned workers, a real PrivateUse1 registration in each) and checks every cell against the
+truth toyaccel declares: host fallback from *inside* registered kernels (by dtype, by rank),
+fallback in backward, a composite whose component fell back, a minimal opset with no boxed
+fallback, and a fault on a common op.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.slow
+
+
+def _probe(out: Path, ops: str, dtypes: str, **env: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    full = {**os.environ, "PYTHONPATH": str(ROOT), "OPMATRIX_CACHE_DIR": str(out.parent / "cache"),
+            "TOYACCEL_FLAVOUR": "fallback", "TOYACCEL_FAULT": "", **env}
+    cmd = [sys.executable, "-m", "opmatrix", "probe", "--backend", "tests.toyaccel:ToyAdapter", "--ops", ops,
+           "--dtypes", dtypes, "--no-runtime", "--no-compile", "--layouts", "contiguous", "--workers", "1",
+           "--timeout", "30", "--out", str(out)]
+    proc = subprocess.run(cmd, env=full, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    path = out / "matrix.yaml"
+    assert path.exists(), f"no matrix (rc {proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+    return proc, yaml.safe_load(path.read_text())
+
+
+def _cells(matrix: dict[str, Any], op: str, dtype: str) -> dict[int, list[dict[str, Any]]]:
+    """rank -> the entries covering (op, dtype, rank) in eager mode."""
+    out: dict[int, list[dict[str, Any]]] = {}
+    for e in matrix["operators"].get(op, []):
+        if dtype in e["dtypes"] and e.get("mode", "eager") == "eager":
+            for rank in range(e["ranks"]["min"], e["ranks"]["max"] + 1):
+                out.setdefault(rank, []).append(e)
+    assert out, f"no {op} {dtype} cell; operators: {sorted(matrix['operators'])}"
+    return out
+
+
+@pytest.fixture(scope="module")
+def fallback_matrix(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    proc, matrix = _probe(tmp_path_factory.mktemp("toy") / "out", "add,mm,sort,abs,gcd",
+                         "float32,int8,bfloat16,float16")
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    return matrix
+
+
+def test_add_falls_back_inside_its_kernel_by_rank(fallback_matrix: dict[str, Any]) -> None:
+    """add float32: rank <= 2 computes on the device (native, checked), rank >= 3 on the host."""
+    for rank, entries in _cells(fallback_matrix, "aten.add.Tensor", "float32").items():
+        for e in entries:
+            if rank <= 2:
+                assert e["path"] == "native" and e["fallback"]["state"] == "not_observed", (rank, e)
+            else:
+                assert e["path"] == "fallback" and e["fallback"]["state"] == "observed", (rank, e)
+                assert "aten::add" in e["fallback"]["ops"]
+                assert e["fallback"]["copies_per_call"] >= 3 and e["fallback"]["bytes_per_call"] > 0
+                assert "registrations say native" in e["note"]
+            assert e["outcome"] == "ok"
+
+
+def test_add_falls_back_inside_its_kernel_by_dtype(fallback_matrix: dict[str, Any]) -> None:
+    """add int8 runs on the host at every rank although add.Tensor has a PrivateUse1 kernel."""
+    for rank, entries in _cells(fallback_matrix, "aten.add.Tensor", "int8").items():
+        assert all(e["path"] == "fallback" and e["outcome"] == "ok" for e in entries), (rank, entries)
+
+
+def test_mm_bfloat16_falls_back_float32_is_native(fallback_matrix: dict[str, Any]) -> None:
+    """mm's kernel sends bfloat16 to the host; float32 stays on the device."""
+    assert {e["path"] for es in _cells(fallback_matrix, "aten.mm.default", "bfloat16").values() for e in es} == {
+        "fallback"}
+    assert {e["path"] for es in _cells(fallback_matrix, "aten.mm.default", "float32").values() for e in es} == {
+        "native"}
+
+
+def test_fallback_then_error_keeps_both(fallback_matrix: dict[str, Any]) -> None:
+    """mm float16 copies to the host, then raises: the cell is fallback with outcome error."""
+    for entries in _cells(fallback_matrix, "aten.mm.default", "float16").values():
+        for e in entries:
+            assert (e["path"], e["outcome"]) == ("fallback", "error"), e
+            assert e["fallback"]["state"] == "observed" and "internal error" in e["error"]["message"]
+
+
+def test_device_runs_when_the_cpu_reference_rejects(fallback_matrix: dict[str, Any]) -> None:
+    """gcd float32: the CPU rejects every sample; the device (its boxed fallback runs the CPU
+    kernel) rejects too, and the cell says there was no reference."""
+    for entries in _cells(fallback_matrix, "aten.gcd.default", "float32").values():
+        for e in entries:
+            assert (e["path"], e["outcome"]) == ("rejected", "ok"), e
+            assert "no reference" in e["note"], e
+
+
+def test_composite_whose_component_fell_back(fallback_matrix: dict[str, Any]) -> None:
+    """sort (CompositeExplicitAutograd over sort.values_stable, no kernel: the boxed fallback) is
+    fallback with its evidence, and its values are right."""
+    for entries in _cells(fallback_matrix, "aten.sort.default", "float32").values():
+        for e in entries:
+            assert e["path"] == "fallback" and e["outcome"] == "ok", e
+            assert e["fallback"]["state"] == "observed" and e["fallback"]["copies_per_call"] >= 2
+
+
+def test_thin_composite_is_native_and_its_backward_falls_back(fallback_matrix: dict[str, Any]) -> None:
+    """abs -> abs.out (a native kernel) is native with that component; its backward (sgn, no
+    kernel) ran on the host."""
+    for entries in _cells(fallback_matrix, "aten.abs.default", "float32").values():
+        for e in entries:
+            assert e["path"] == "native" and e["components"] == ["aten.abs.out"], e
+            assert e["autograd"]["path"] == "fallback", e
+
+
+def test_minimal_opset_backend_is_probed(tmp_path: Path) -> None:
+    """Empty/copy/fill and five .out kernels, no boxed fallback: every op gets cells, clean
+    rejections never poison the device, no worker is replaced."""
+    proc, matrix = _probe(tmp_path / "out", "add,mul,abs,sort,mm", "float32", TOYACCEL_FLAVOUR="minimal")
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert "0 worker restarts" in proc.stdout + proc.stderr
+    ops = matrix["operators"]
+    for op in ("aten.add.Tensor", "aten.mul.Tensor", "aten.abs.default", "aten.sort.default", "aten.mm.default"):
+        assert op in ops, sorted(ops)
+        assert all(e["outcome"] in ("ok", "wrong") for e in ops[op]), ops[op]
+    assert {e["path"] for e in ops["aten.add.Tensor"]} == {"native"}  # the structured shim over add.out
+    assert {e["path"] for e in ops["aten.sort.default"]} == {"rejected"}
+    assert {e["path"] for e in ops["aten.mm.default"]} == {"rejected"}
+
+
+def test_fault_on_a_common_op_erases_nothing(tmp_path: Path) -> None:
+    """mul crashes every time: add's cells are intact, mul's crash is a cell with the path the
+    dispatcher chose (its registered kernel), and what never ran is listed, not counted."""
+    proc, matrix = _probe(tmp_path / "out", "add,mul", "float32", TOYACCEL_FAULT="crash:mul")
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    ops = matrix["operators"]
+    assert ops["aten.add.Tensor"] and all(e["outcome"] == "ok" for e in ops["aten.add.Tensor"])
+    mul = ops["aten.mul.Tensor"]
+    assert {e["outcome"] for e in mul} == {"crashed"}
+    assert {e["path"] for e in mul} == {"native"}
+    not_run = [k for k in matrix.get("not_run", {}) if k.startswith("mul|float32 ")]
+    assert not_run, matrix.get("not_run")
+    probed = sum(e["samples"]["probed"] for e in mul)
+    crashes = [line for line in (proc.stdout + proc.stderr).splitlines() if "crashed (SIGSEGV): task mul" in line]
+    assert probed == len(crashes), (probed, crashes)  # each crash is one cell sample, nothing more

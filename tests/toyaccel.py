@@ -1,0 +1,307 @@
+"""toyaccel: a small pure-Python PrivateUse1 backend that behaves like real ones do, for tests.
+
+Not refaccel and not a mock: a real PrivateUse1 registration whose kernels run through the
+dispatcher. Its truth is declared here, and the tests check the matrix against it. Two flavours,
+chosen by ``TOYACCEL_FLAVOUR`` before import (one PrivateUse1 backend per process):
+
+``fallback`` (default), like torch_xla or a vendor plugin that falls back from *inside* kernels:
+- ``add.Tensor`` is registered; it computes float32/float64 of rank <= 2 on the device, and
+  int8/int16/uint8 or rank >= 3 on the host (copies to the host, computes, copies back);
+- ``mm`` is registered; bfloat16 runs on the host the same way; float16 copies to the host
+  and then raises an internal error;
+- ``mul.Tensor``, ``neg``, ``abs.out`` ... are native; every op without a kernel (``sort``,
+  the backward of ``sigmoid``...) is served by a boxed CPU fallback (copies in and out).
+
+``minimal``, like an OpenReg-derived backend right after bring-up: empty, copies, fill, views and
+a handful of elementwise ``.out`` kernels (add, mul, sub, neg, abs), no boxed fallback: every
+other op is a clean "could not run" rejection.
+
+``TOYACCEL_FAULT=crash:mul`` (or ``abort``, ``hang``) makes the ``mul`` kernel fault.
+The probe reaches it with ``--backend tests.toyaccel:ToyAdapter`` (workers import it).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+
+from opmatrix.backend import Adapter
+
+NAME = "toyaccel"
+FLAVOUR = os.environ.get("TOYACCEL_FLAVOUR", "fallback")
+_aten = torch.ops.aten
+_CPU = torch.device("cpu")
+_CPU_KEY = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+_META = torch._C.DispatchKeySet(torch._C.DispatchKey.Meta)
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype = ctypes.c_void_p
+_capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_HOST_DTYPES = (torch.int8, torch.int16, torch.uint8)
+_KEEP: list[Any] = []
+
+
+# -- memory: device storages are host blocks exported through DLPack as PrivateUse1 ----------
+
+
+def _allocate(numel: int, dtype: torch.dtype) -> torch.Tensor:
+    alias = torch.empty(max(numel, 1), dtype=dtype)[:numel]
+    capsule = torch._C._to_dlpack(alias)
+    device = (ctypes.c_int32 * 2).from_address(_capsule_pointer(capsule, b"dltensor") + 8)
+    device[0], device[1] = 12, 0  # kDLExtDev: PyTorch maps it to PrivateUse1
+    return torch._C._from_dlpack(capsule)
+
+
+def _geometry(t: torch.Tensor, storage: Any, offset: int, size: Sequence[int], stride: Sequence[int]) -> torch.Tensor:
+    return _aten.set_.source_Storage_storage_offset.redispatch(_CPU_KEY, t, storage, offset, list(size), list(stride))
+
+
+def _strides(size: Sequence[int]) -> list[int]:
+    out = [1] * len(size)
+    for i in range(len(size) - 2, -1, -1):
+        out[i] = out[i + 1] * max(size[i + 1], 1)
+    return out
+
+
+def _view(t: torch.Tensor) -> torch.Tensor:
+    """A host tensor aliasing a device tensor's bytes (no copy: the device's own memory)."""
+    if t.device.type != NAME:
+        return t
+    st = t.untyped_storage()
+    cpu = torch._C._construct_storage_from_data_pointer(st.data_ptr(), _CPU, st.nbytes())
+    return torch.empty(0, dtype=t.dtype).set_(cpu, t.storage_offset(), t.size(), t.stride())
+
+
+def empty_strided(size: Any, stride: Any, *, dtype: Any = None, layout: Any = None, device: Any = None,
+                  pin_memory: Any = None) -> torch.Tensor:
+    dtype = dtype or torch.get_default_dtype()
+    numel = 0 if any(s == 0 for s in size) else 1 + sum((n - 1) * s for n, s in zip(size, stride, strict=True))
+    base = _allocate(numel, dtype)
+    return _geometry(base, base.untyped_storage(), 0, size, stride)
+
+
+def empty(size: Any, *, dtype: Any = None, layout: Any = None, device: Any = None, pin_memory: Any = None,
+          memory_format: Any = None) -> torch.Tensor:
+    return empty_strided(size, _strides(size), dtype=dtype)
+
+
+def copy_from(self: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+    _view(dst).copy_(_view(self))
+    return dst
+
+
+def copy_from_and_resize(self: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+    if dst.shape != self.shape:
+        dst.resize_(self.shape)
+    return copy_from(self, dst)
+
+
+def resize_(self: torch.Tensor, size: Any, memory_format: Any = None) -> torch.Tensor:
+    need = 1 + sum((n - 1) * s for n, s in zip(size, _strides(size), strict=True)) if all(size) else 0
+    storage = self.untyped_storage()
+    if (need + self.storage_offset()) * self.element_size() > storage.nbytes():
+        storage = _allocate(need + self.storage_offset(), self.dtype).untyped_storage()
+    return _geometry(self, storage, int(self.storage_offset()), size, _strides(size))
+
+
+def set_storage(self: torch.Tensor, source: Any, offset: int = 0, size: Any = None, stride: Any = None) -> torch.Tensor:
+    size = [source.nbytes() // self.element_size()] if size is None else size
+    return _geometry(self, source, offset, size, stride or _strides(size))
+
+
+def to_copy(self: torch.Tensor, **kw: Any) -> torch.Tensor:
+    kw["pin_memory"] = None  # a Python backend cannot pin host memory
+    kw["non_blocking"] = False
+    return _aten._to_copy.default.redispatch(torch._C.DispatchKeySet(torch._C.DispatchKey.CompositeExplicitAutograd),
+                                             self, **kw)
+
+
+# -- kernels ---------------------------------------------------------------------------------
+
+
+def _fault(op: str) -> None:
+    mode, _, target = os.environ.get("TOYACCEL_FAULT", "").partition(":")
+    if target != op:
+        return
+    if mode == "crash":
+        os.kill(os.getpid(), signal.SIGSEGV)
+        time.sleep(5)
+    elif mode == "abort":
+        os.abort()
+    elif mode == "hang":
+        while True:
+            time.sleep(3600)
+
+
+def _out_like(ref: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return empty(list(ref.shape), dtype=dtype)
+
+
+def _on_host(fn: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
+    """Kernel-internal host fallback: copy inputs to the host, compute, copy the result back."""
+    host = [a.cpu() if isinstance(a, torch.Tensor) else a for a in args]
+    res = fn(*host, **kwargs)
+    out = _out_like(res, res.dtype)
+    out.copy_(res)
+    return out
+
+
+def _binary(name: str, fn: Any) -> Any:
+    def kernel(self: torch.Tensor, other: torch.Tensor, *, alpha: Any = 1) -> torch.Tensor:
+        _fault(name)
+        kw = {"alpha": alpha} if name in ("add", "sub") and alpha != 1 else {}
+        if name == "add" and (self.dtype in _HOST_DTYPES or self.dim() >= 3):
+            return _on_host(fn, self, other, **kw)
+        res = fn(_view(self), _view(other), **kw)
+        out = _out_like(res, res.dtype)
+        _view(out).copy_(res)
+        return out
+
+    return kernel
+
+
+def _binary_out(name: str, fn: Any) -> Any:
+    def kernel(self: torch.Tensor, other: torch.Tensor, *, alpha: Any = 1, out: torch.Tensor) -> torch.Tensor:
+        _fault(name)
+        kw = {"alpha": alpha} if alpha != 1 else {}
+        res = fn(_view(self), _view(other), **kw)
+        if out.shape != res.shape:
+            out.resize_(res.shape)
+        _view(out).copy_(res)
+        return out
+
+    return kernel
+
+
+def _unary_out(fn: Any) -> Any:
+    def kernel(self: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
+        res = fn(_view(self))
+        if out.shape != res.shape:
+            out.resize_(res.shape)
+        _view(out).copy_(res)
+        return out
+
+    return kernel
+
+
+def mm(self: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
+    if self.dtype == torch.float16:  # falls back, then fails (torch_xla's to_sparse does this)
+        self.cpu()
+        raise RuntimeError("toyaccel: internal error in the mm kernel after staging its inputs on the host")
+    if self.dtype == torch.bfloat16:
+        return _on_host(torch.mm, self, mat2)
+    res = torch.mm(_view(self), _view(mat2))
+    out = _out_like(res, res.dtype)
+    _view(out).copy_(res)
+    return out
+
+
+def fill_(self: torch.Tensor, value: Any) -> torch.Tensor:
+    _view(self).fill_(value)
+    return self
+
+
+def local_scalar_dense(self: torch.Tensor) -> Any:
+    return _view(self).item()
+
+
+def boxed_fallback(op: Any, *args: Any, **kwargs: Any) -> Any:
+    """Every op without a kernel: copy device tensors to the host, run there, copy results back."""
+    pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def host(v: Any) -> Any:
+        if isinstance(v, torch.Tensor) and v.device.type == NAME:
+            h = v.cpu()
+            pairs.append((v, h))
+            return h
+        if isinstance(v, (tuple, list)):
+            return type(v)(host(x) for x in v)
+        return v
+
+    res = op(*host(list(args)), **{k: host(v) for k, v in kwargs.items()})
+    written = {id(h) for h in _written(op, res)}
+    for orig, h in pairs:  # in-place and out= arguments get the host's result back
+        if id(h) in written:
+            orig.copy_(h)
+    device = pairs[0][0].device if pairs else torch.device(NAME, 0)
+
+    def back(v: Any) -> Any:
+        if isinstance(v, torch.Tensor) and v.device.type == "cpu":
+            found = [orig for orig, h in pairs if h is v]
+            return found[0] if found else v.to(device)
+        if isinstance(v, (tuple, list)):
+            return type(v)(back(x) for x in v)
+        return v
+
+    return back(res)
+
+
+def _written(op: Any, res: Any) -> list[torch.Tensor]:
+    mutable = any(a.alias_info is not None and a.alias_info.is_write for a in op._schema.arguments)
+    if not mutable:
+        return []
+    return [r for r in (res if isinstance(res, (tuple, list)) else [res]) if isinstance(r, torch.Tensor)]
+
+
+_BASICS = {
+    "empty.memory_format": empty, "empty_strided": empty_strided, "_copy_from": copy_from,
+    "_copy_from_and_resize": copy_from_and_resize, "resize_": resize_, "_to_copy": to_copy,
+    "set_.source_Storage_storage_offset": set_storage, "fill_.Scalar": fill_, "_local_scalar_dense": local_scalar_dense,
+}
+_VIEWS = ("as_strided", "view", "_reshape_alias", "unfold")
+_OUT = {"add.out": _binary_out("add", torch.add), "mul.out": _binary_out("mul", torch.mul),
+        "sub.out": _binary_out("sub", torch.sub), "neg.out": _unary_out(torch.neg), "abs.out": _unary_out(torch.abs)}
+
+
+def _meta_view(op: Any) -> Any:
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        return op.redispatch(_META, *args, **kwargs)
+
+    return kernel
+
+
+def install() -> None:
+    """Register the flavour named by ``TOYACCEL_FLAVOUR`` (once per process)."""
+    if torch._C._get_privateuse1_backend_name() == NAME:
+        return
+    _setup_privateuseone_for_python_backend(NAME)
+    lib = torch.library.Library("aten", "IMPL")
+    for name, fn in {**_BASICS, **_OUT}.items():
+        lib.impl(name, fn, "PrivateUse1")
+    for name in _VIEWS:
+        lib.impl(name, _meta_view(getattr(_aten, name).default), "PrivateUse1")
+    _KEEP.append(lib)
+    if FLAVOUR == "minimal":
+        return
+    for name, fn in {"add.Tensor": _binary("add", torch.add), "mul.Tensor": _binary("mul", torch.mul), "mm": mm}.items():
+        lib.impl(name, fn, "PrivateUse1")
+    fallback = torch.library.Library("_", "IMPL")
+    fallback.fallback(boxed_fallback, "PrivateUse1")
+    _KEEP.append(fallback)
+
+
+class ToyAdapter(Adapter):
+    """The adapter the probe uses: generic signals only (no fallback counter of its own)."""
+
+    name = NAME
+    device_type = NAME
+    dispatch_key = "PrivateUse1"
+    verified = False
+
+    def setup(self) -> None:
+        install()
+
+    def register(self) -> None:
+        install()
+
+    def synchronize(self) -> None:
+        """Every kernel finishes before it returns."""
+
+    def compile_backend(self) -> Any:
+        return None
