@@ -380,18 +380,21 @@ def test_validate_reports_every_error_in_about_one_parse(tmp_path: Path) -> None
     good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
     good.write_text(text)
     bad.write_text(_spoil(text, 50))
-    t_good, _ = _time(good, 3)
-    t_bad, errors = _time(bad, 3)
-    assert errors == 50
-    assert t_bad < 3 * t_good + 0.5, (t_bad, t_good)
+    goods, bads = [], []
+    for _ in range(4):  # interleaved, best of each: other processes on the machine load both alike
+        goods.append(_time(good, 1)[0])
+        t_bad, errors = _time(bad, 1)
+        bads.append(t_bad)
+        assert errors == 50
+    assert min(bads) < 3 * min(goods) + 0.5, (bads, goods)  # a lookup per error re-parsing the file: ~50x
 
 
 # -- real runs (slow) ---------------------------------------------------------------------------
 
 
-def _probe(out: Path, *args: str) -> subprocess.Popen[str]:
+def _probe(out: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "opmatrix", *PROBE, *args, "--out", str(out)], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
 
 
 @pytest.mark.slow
@@ -413,18 +416,22 @@ def test_records_outside_the_selection_never_reach_the_matrix(tmp_path: Path) ->
 def test_sigterm_then_resume_and_a_concurrent_writer(tmp_path: Path) -> None:
     """SIGTERM leaves a consistent journal; a second probe meanwhile is refused; resume completes."""
     out = tmp_path / "s"
-    first = _probe(out, "--ops", "add,mul,sub,div")
+    # one worker that hangs in div (an injected fault) keeps the first run busy until it is stopped
+    first = _probe(out, "--ops", "add,mul,div", "--workers", "1", "--timeout", "600",
+                   env={"OPMATRIX_REFACCEL_FAULT": "hang:aten::div"})
     deadline = time.monotonic() + 300
     while not (out / "journal.jsonl").exists() or '"kind":"task"' not in (out / "journal.jsonl").read_text():
         assert first.poll() is None and time.monotonic() < deadline, first.communicate()
         time.sleep(0.2)
     second = run_cli(*PROBE, "--ops", "add", "--out", str(out))
+    assert first.poll() is None, first.communicate()
     assert second.returncode == 2 and f"is being written by pid {first.pid}" in second.stderr
     first.send_signal(signal.SIGTERM)
     first.communicate(timeout=120)
-    assert first.returncode == 130
-    again = _probe(out, "--ops", "add,mul,sub,div", "--resume")
+    assert first.returncode == 130 and not (out / LOCK_FILE).exists()
+    again = _probe(out, "--ops", "add,mul,div", "--resume")
     stdout, stderr = again.communicate(timeout=600)
     assert again.returncode == 0, stdout + stderr
-    tasks = [json.loads(line)["task"] for line in (out / "journal.jsonl").read_text().splitlines()[1:]]
-    assert sorted(tasks) == sorted(set(tasks)) and len(tasks) == 4
+    lines = [json.loads(line) for line in (out / "journal.jsonl").read_text().splitlines()]
+    tasks = [r["task"] for r in lines[1:]]
+    assert len(tasks) == len(set(tasks)) == lines[0]["planned"] and "add|float32" in tasks
