@@ -20,7 +20,18 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from opmatrix.schema import DEFAULT_DTYPES, DType, Entry, EntryPart, ExecPath, FallbackState, Layout, Matrix, Mode, Outcome
+from opmatrix.schema import (
+    DEFAULT_DTYPES,
+    DType,
+    Entry,
+    EntryPart,
+    ExecPath,
+    FallbackState,
+    Layout,
+    Matrix,
+    Mode,
+    Outcome,
+)
 from opmatrix.schema.conditions import describe
 from opmatrix.schema.enums import DTYPES
 

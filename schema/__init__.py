@@ -11,6 +11,7 @@ ATen overloads to entries of cells with identical results::
 from .base import Model, RankRange
 from .conditions import TENSOR, describe, features_of, matches
 from .contract import Contract, LevelRequirement, OperatorRequirement, ToleranceOverride, Waiver, WaiverMatch
+from .counts import MatrixCounts, count_matrix
 from .enums import (
     DEFAULT_DTYPES,
     ApiService,
@@ -25,7 +26,6 @@ from .enums import (
     Outcome,
     ReferenceKind,
 )
-from .counts import MatrixCounts, count_matrix
 from .io import (
     ArtifactError,
     UsageError,
