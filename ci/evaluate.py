@@ -46,7 +46,7 @@ from .waivers import WaiverBook
 
 __all__ = ["LEVEL_NAMES", "evaluate_contract"]
 
-#: The support levels of seeds/000.
+#: The support levels of docs/levels.md#support-levels-0-7.
 LEVEL_NAMES: dict[int, str] = {
     0: "device discovery and compatibility",
     1: "tensor semantics",

@@ -306,7 +306,7 @@ def _run_device(st: _State, fn: Callable[..., Any], values: Any, record: bool = 
 def _fault_from_exception(st: _State, unit_id: str, exc: BaseException) -> Outcome | None:
     """For an exception that is not a clean rejection: OOM/error, or raise if the device broke."""
     verdict = st.adapter.classify_exception(exc)
-    # a clean rejection leaves the device usable: check that too (design.md, "rejected")
+    # a clean rejection leaves the device usable: check that too (docs/levels.md#execution-paths, "rejected")
     problem = st.adapter.health_check()
     if problem is not None:
         raise _poisoned_error(unit_id, f"device unusable after {type(exc).__name__}: {problem}")
