@@ -105,7 +105,7 @@ class Adapter:
     def register(self) -> None:
         """Make the device type known to torch *without* initialising the runtime.
 
-        Discovery and initialisation are separate contracts (seeds/004): after ``register()``,
+        Discovery and initialisation are separate contracts (docs/levels.md#runtime-bring-up-order): after ``register()``,
         ``torch.<device_type>.device_count()`` must work and a ``fork`` must still be safe. The
         built-in device types need nothing; backends that register on import override this.
         """

@@ -37,7 +37,7 @@ __all__ = ["FALLBACK_COUNTER_PREFIX", "HOST_SCALAR_READS", "XlaAdapter", "fallba
 FALLBACK_COUNTER_PREFIX = "aten::"
 
 #: host scalar reads that torch_xla serves through its fallback (``.item()`` inside an op): reading a
-#: scalar to the host is a sync, not a compute fallback (design.md), so these counters are not evidence
+#: scalar to the host is a sync, not a compute fallback (docs/levels.md#execution-paths), so these counters are not evidence
 HOST_SCALAR_READS = frozenset({"aten::_local_scalar_dense", "aten::item"})
 
 #: XLA's status code for "no lowering for this input" (``UNIMPLEMENTED: ...``): a clean refusal

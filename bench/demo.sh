@@ -3,14 +3,14 @@
 # probe both refaccel generations -> matrices -> key findings -> gate -> diff -> HTML site.
 # Only what the story needs: the operators and dtypes the release contracts name (ci/contracts/).
 # Nothing is cut silently: long listings go to files, and the screen says where and how long.
-# Usage: bench/demo.sh OPMATRIX OUTDIR
+# Usage: bench/demo.sh OPMATRIX OUTDIR   (DEMO_OPS / DEMO_DTYPES override the lists for a quick smoke run)
 set -euo pipefail
 OPM=${1:-opmatrix}; OUT=${2:-out}
 PY=$(dirname "$OPM")/python
 # the contracts' operators: elementwise, reductions, the matmul family, softmax, sort/topk
 # (host fallback) and addcmul (compile-only: decomposed)
-OPS=add,mul,sum,mm,bmm,addmm,nn.functional.linear,softmax,sort,topk,addcmul
-DTYPES=float32,bfloat16,float16,int32,int64
+OPS=${DEMO_OPS:-add,mul,sum,mm,bmm,addmm,nn.functional.linear,softmax,sort,topk,addcmul}
+DTYPES=${DEMO_DTYPES:-float32,bfloat16,float16,int32,int64}
 SECONDS=0
 mkdir -p "$OUT"
 echo "== validate the example artifacts"

@@ -52,7 +52,7 @@ from .workloads import evaluate_workloads
 
 __all__ = ["LEVEL_NAMES", "evaluate_contract"]
 
-#: The support levels of seeds/000.
+#: The support levels of docs/levels.md#support-levels-0-7.
 LEVEL_NAMES: dict[int, str] = {
     0: "device discovery and compatibility",
     1: "tensor semantics",

@@ -113,8 +113,8 @@ def _compile(boxes: Sequence[Entry]) -> str:
     ok = [b for b in boxes if b.outcome is Outcome.ok and b.path <= ExecPath.decomposed]
     texts = [f"{p.value} for {_dtypes(b for b in ok if b.path is p)}" for p in sorted({b.path for b in ok})]
     if any(b not in ok for b in boxes):
-        texts.append("rejected otherwise" if all(b.path is ExecPath.rejected for b in boxes if b not in ok)
-                     else "not ok otherwise")
+        word = "rejected" if all(b.path is ExecPath.rejected for b in boxes if b not in ok) else "not ok"
+        texts.append(f"{word} otherwise" if texts else word)
     return "compile: " + ", ".join(texts)
 
 

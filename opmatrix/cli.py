@@ -1,4 +1,4 @@
-"""The ``opmatrix`` command line: the stable surface of design.md.
+"""The ``opmatrix`` command line: the stable surface documented in README.md.
 
 Arguments are declared here; each verb's work lives in the subpackage that owns it and is
 imported only when that verb runs (``validate`` and ``schema`` never import torch)::

@@ -1,1 +1,1 @@
-"""opmatrix.probes: see design.md."""
+"""opmatrix.probes: see docs/levels.md and README.md."""

@@ -1,6 +1,6 @@
 """Contracts and waivers: what a vendor promises for a release, and the accepted exceptions.
 
-A contract promises a support level (0-7, seeds/000) and says what each level requires::
+A contract promises a support level (0-7, docs/levels.md#support-levels-0-7) and says what each level requires::
 
     schema_version: 1
     release: "2.1"

@@ -51,7 +51,7 @@ class _Ordered(str, enum.Enum):
 
 
 class ExecPath(_Ordered):
-    """How one call executed on the device, best to worst (seeds/000, "Backend paths")."""
+    """How one call executed on the device, best to worst (docs/levels.md#execution-paths)."""
 
     native = "native"  # a kernel registered for the backend's dispatch key ran
     composite = "composite"  # a composite implementation ran as ops the backend executes

@@ -287,7 +287,7 @@ class Entry(CellResult):
         """The exact box entries (one per part; the entry itself when it has no parts)."""
         if not self.parts:
             return [self]
-        base = {"parts": [], "numerics_by_dtype": {}}
+        base: dict[str, object] = {"parts": [], "numerics_by_dtype": {}}
         return [self.model_copy(update={**base, **{f: getattr(p, f) for f in PART_FIELDS}}) for p in self.parts]
 
     @field_validator("dtypes", "layouts")

@@ -100,3 +100,18 @@ def test_every_command_counts_the_same_cells(old_matrix, new_matrix):
     assert {p: sum(site.counts[d][p] for d in site.dtypes) for p in new.cells_by_path} == new.cells_by_path
     assert new.line().startswith(f"{new.cells} cells (native ")
     assert f" in {new.entries} entries, 3 operators; {new.samples} samples" in new.line()
+
+
+def test_the_contract_line_is_generated_from_the_entries(new_matrix):
+    from opmatrix.matrix.contract_line import contract_line
+
+    softmax = contract_line(new_matrix.operators["aten.softmax.int"])
+    assert softmax.startswith("native for dim=last on contiguous, storage_offset input, composite otherwise "
+                              "(amax, div, exp, sub, sum); bf16, fp16, fp32; ranks 0-3;")
+    assert "rejected when dtype=float64 is requested, and for bool, c64, fp64" in softmax
+    assert softmax.endswith("compile: native for fp32, rejected otherwise; fallback: none observed")
+    addcmul = contract_line(new_matrix.operators["aten.addcmul.default"])
+    assert addcmul.startswith("eager: no call passed;") and "compile: decomposed for bf16, fp16, fp32" in addcmul
+    # the line follows the data: without its composite entry softmax reads native only
+    only = [e for e in new_matrix.operators["aten.softmax.int"] if e.path.value != "composite"]
+    assert contract_line(only).startswith("native; bf16, fp16, fp32")

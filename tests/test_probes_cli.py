@@ -42,6 +42,7 @@ def _path(m: Matrix, op: str, dtype: str, rank: int, layout: str = "contiguous",
     return str(m.query(op, dtype=dtype, rank=rank, layout=layout, mode=mode, args=args or None).path)
 
 
+@pytest.mark.slow  # a real probe of refaccel in subprocess workers
 def test_g2_shows_every_path_where_its_design_puts_it(refaccel):
     g2 = refaccel["g2"]
     assert _path(g2, "aten.mm.default", "float32", 2) == "native"
@@ -57,11 +58,13 @@ def test_g2_shows_every_path_where_its_design_puts_it(refaccel):
     assert paths == {"native", "composite", "decomposed", "fallback", "rejected"}
 
 
+@pytest.mark.slow  # a real probe of refaccel in subprocess workers
 def test_rejections_are_actionable(refaccel):
     ans = refaccel["g2"].query("aten.add.Tensor", dtype="float64", rank=2, layout="contiguous")
     assert str(ans.path) == "rejected" and ans.entry.error is not None and ans.entry.error.actionable
 
 
+@pytest.mark.slow  # a real probe of refaccel in subprocess workers
 def test_g1_differs_from_g2_in_bf16_and_carries_a_wrong_result(refaccel):
     g1, g2 = refaccel["g1"], refaccel["g2"]
     assert _path(g1, "aten.mm.default", "bfloat16", 2) != "native"
@@ -72,6 +75,7 @@ def test_g1_differs_from_g2_in_bf16_and_carries_a_wrong_result(refaccel):
     assert "wrong" not in {str(e.outcome) for entries in g2.model.operators.values() for e in entries}
 
 
+@pytest.mark.slow  # a real probe of refaccel in subprocess workers
 def test_privateuse1_module_is_probed_with_generic_signals(tmp_path):
     vendor = tmp_path / "pkg"
     vendor.mkdir()
@@ -94,6 +98,7 @@ def test_privateuse1_module_is_probed_with_generic_signals(tmp_path):
     assert _path(m, "aten.softmax.int", "float32", 3, dim=0) == "composite"
 
 
+@pytest.mark.slow  # a real probe of refaccel in subprocess workers
 def test_plugin_adapter_from_module_attr(tmp_path):
     res = _probe(tmp_path, "--backend", "tests.example_adapter:HostAsDevice", "--ops", "add", "--dtypes", "float32",
                  "--no-runtime", "--no-compile", "--threads", "1")

@@ -11,6 +11,7 @@ import textwrap
 import time
 import unittest
 
+import pytest
 import torch
 
 import opmatrix.backend.refaccel as refaccel
@@ -61,6 +62,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow  # runs the runtime suite / child processes end to end
 class ForkSpawnTest(unittest.TestCase):
     """Discovery without initialisation, fork before init, spawn and forkserver children work."""
 
@@ -169,6 +171,7 @@ class FaultInjectionTest(unittest.TestCase):
             refaccel.inject_fault("melt", "aten::add")
 
 
+@pytest.mark.slow  # runs the runtime suite / child processes end to end
 class InitFailureTest(unittest.TestCase):
     """An incompatible driver and a busy device fail initialisation with distinct messages."""
 

@@ -8,6 +8,8 @@ import subprocess
 import sys
 import unittest
 
+import pytest
+
 from opmatrix.probes.runtime.command import exit_code, render
 
 from .conftest import ROOT, run_cli
@@ -21,6 +23,7 @@ def doctor_with_driver(mode: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
 
 
+@pytest.mark.slow  # runs the runtime suite / child processes end to end
 class DriverFaultTest(unittest.TestCase):
     """Incompatible and busy drivers fail doctor (exit 1), each named as itself."""
 
@@ -62,6 +65,7 @@ class UsageTest(unittest.TestCase):
         self.assertIn("cannot import 'no_such_pkg.mod'", done.stderr)
 
 
+@pytest.mark.slow  # runs the runtime suite / child processes end to end
 class MetaDoctorTest(unittest.TestCase):
     """meta: exit 0, checks that do not apply say not_applicable in the table."""
 
@@ -72,6 +76,7 @@ class MetaDoctorTest(unittest.TestCase):
         self.assertIn("levels 0-1: pass", done.stdout)
 
 
+@pytest.mark.slow  # runs the runtime suite / child processes end to end
 class TableTest(unittest.TestCase):
     """The table names every check by stage, with evidence, devices and API coverage."""
 

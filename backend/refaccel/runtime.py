@@ -1,6 +1,6 @@
 """The refaccel runtime: device identity, lazy initialisation, driver modes, fork rules, poison.
 
-Discovery and initialisation are separate contracts (seeds/004). ``device_count()`` and
+Discovery and initialisation are separate contracts (docs/levels.md#runtime-bring-up-order). ``device_count()`` and
 ``describe_devices()`` read configuration only and never initialise, so a parent may fork
 safely after asking. The first device call initialises the runtime in this process
 (``ensure_ready``); a child forked after that refuses every device call and recommends spawn::

@@ -1,4 +1,4 @@
-"""opmatrix.probes.ops: see design.md. The engine (``.engine``) imports torch; this module does not."""
+"""opmatrix.probes.ops: see docs/levels.md and README.md. The engine (``.engine``) imports torch; this module does not."""
 
 
 def task_id(source: str, dtype: str) -> str:

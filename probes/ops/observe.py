@@ -1,6 +1,6 @@
 """Observation: which overload a sample calls, what ran on the device, what is registered.
 
-Three signals, never one guess (design.md):
+Three signals, never one guess (docs/levels.md#execution-paths):
 
 - the **top-level overload** a sample calls, from ``make_fx(pre_dispatch=True)`` on the CPU,
   cached per (OpInfo, argument signature) since it depends on argument kinds, not values;

@@ -1,4 +1,4 @@
-"""Runtime probes for support levels 0 and 1 (seeds/000, seeds/004), and ``opmatrix doctor``.
+"""Runtime probes for support levels 0 and 1 (docs/levels.md#support-levels-0-7, docs/levels.md#runtime-bring-up-order), and ``opmatrix doctor``.
 
 Operator coverage means nothing if device discovery, tensor semantics, memory or fork safety are
 broken. Each check returns pass / fail / not_applicable / unknown with evidence and its level;

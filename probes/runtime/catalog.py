@@ -1,6 +1,6 @@
-"""Every runtime check, in the bring-up order of seeds/004, with its level and default advice.
+"""Every runtime check, in the bring-up order of docs/levels.md#runtime-bring-up-order, with its level and default advice.
 
-Stages (seeds/004 "Runtime bring-up sequence"): 1 enumerate and identify a device, 2 allocate,
+Stages (docs/levels.md#runtime-bring-up-order): 1 enumerate and identify a device, 2 allocate,
 map, copy and free memory, 3 submit a no-op and observe completion, 4 launch a small kernel,
 5 multiple queues and event dependencies, 6 memory statistics, 7 process exit, crashes and
 repeated initialisation. ``doctor`` prints them in this order; the matrix keeps it::

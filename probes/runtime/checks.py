@@ -31,7 +31,7 @@ _PROBE_KEY = "opmatrix.runtime.probe"
 
 
 def plan_runtime_tasks(adapter_spec: str, generation: str | None = None) -> list[Any]:
-    """One runner task per runtime check, ordered as seeds/004 brings a runtime up."""
+    """One runner task per runtime check, ordered as docs/levels.md#runtime-bring-up-order brings a runtime up."""
     from opmatrix.probes.runner.task import Task
 
     return [

@@ -133,7 +133,7 @@ def doctor(args: argparse.Namespace) -> int:
     note = "" if verified is not False else " (adapter unverified on real hardware)"
     gen = f" {generation}" if generation else ""
     title = (f"opmatrix doctor: {args.backend}{gen}{note}: {len(runtime.checks)} level 0/1 checks "
-             f"in {seconds:.1f} s, in seeds/004 bring-up order")
+             f"in {seconds:.1f} s, in docs/levels.md bring-up order")
     render(runtime, title, sys.stdout)
     return code
 

@@ -1,4 +1,4 @@
-"""Initialisation failures, told apart by cause (seeds/004: "different conditions").
+"""Initialisation failures, told apart by cause (docs/levels.md#runtime-bring-up-order: "distinct causes").
 
 Missing firmware, an unsupported driver, a partition owned by another tenant and a device in
 reset need different people; "no accelerator available" sends them all to the wrong team. The

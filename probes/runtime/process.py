@@ -1,4 +1,4 @@
-"""The fork / process suite of seeds/004, plus provoked initialisation failures.
+"""The fork / process suite of docs/levels.md#fork-and-spawn, plus provoked initialisation failures.
 
 Each case is a function of :class:`CaseEnv` run in a process of its own whose parent never
 initialised the backend (see :mod:`.casehost`); the case decides what to initialise itself::

@@ -1,7 +1,7 @@
 """What a runtime check is (:class:`CheckSpec`) and what it returns (:class:`Verdict`).
 
 A check is a function of a :class:`~opmatrix.probes.runtime.context.Probe` that returns a
-verdict; the catalog gives it a name, a support level, its bring-up stage (seeds/004) and the
+verdict; the catalog gives it a name, a support level, its bring-up stage (docs/levels.md#runtime-bring-up-order) and the
 advice shown when it does not pass::
 
     def check_item(probe: Probe) -> Verdict:

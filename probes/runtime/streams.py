@@ -1,4 +1,4 @@
-"""Command submission (seeds/004 bring-up steps 3-5): a no-op completes, a small kernel computes,
+"""Command submission (docs/levels.md#runtime-bring-up-order, steps 3-5): a no-op completes, a small kernel computes,
 work in one stream is ordered, an event orders work across streams, and events can be queried,
 synchronised and timed.
 
