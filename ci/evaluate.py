@@ -104,7 +104,7 @@ def _level_results(
                                         level=level, blocking=blocking, matrix=matrix))
     for i, workload in enumerate(req.workloads):
         wreq = WorkloadRequirement(names=[workload]) if isinstance(workload, str) else workload
-        wid = f"L{level}.workload.{_slug(wreq.name) if wreq.name else i}"
+        wid = f"L{level}.workload" + ("" if isinstance(workload, str) else f".{_slug(wreq.name) if wreq.name else i}")
         out += evaluate_workloads(wreq, rid=wid, level=level, blocking=blocking, matrix=matrix)
     if level > EVALUABLE_LEVEL and not req.workloads and req.distributed is None:
         out.append(

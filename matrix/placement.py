@@ -115,6 +115,32 @@ def _where(answers: list[Any]) -> tuple[str, str, str]:
     return "unknown", path, detail
 
 
+def _other_ranks(matrix: Matrix, node: torch.fx.Node, mode: str) -> tuple[str, str, str] | None:
+    """When the node's rank was never probed but other ranks of its op/dtype/layout were, and all of
+    them agree on where the op runs, predict that (marked as inferred); else None."""
+    from .fx import node_cells
+
+    cells = node_cells(node)
+    if cells is None:
+        return None
+    dtype, rank, layouts = cells
+    found = {}
+    for r in range(0, 9):
+        if r == rank:
+            continue
+        try:
+            answers = [matrix.query(node.target, dtype, r, lay, mode) for lay in layouts]
+        except (ValueError, KeyError):
+            return None
+        if all(a.known for a in answers):
+            found[r] = _where(answers)
+    sides = {w for w, _, _ in found.values()}
+    if len(sides) != 1 or "unknown" in sides:
+        return None
+    w, path, detail = next(iter(found.values()))
+    return w, path, f"inferred from rank(s) {', '.join(map(str, sorted(found)))} (rank {rank} not probed): {detail}"
+
+
 def _transfers(gm: torch.fx.GraphModule, where: dict[str, str]) -> int:
     """Values crossing between the host and the device: one per (producer, direction)."""
     crossings = set()
@@ -148,6 +174,8 @@ def place(gm: torch.fx.GraphModule, matrix: Matrix, *, workload: str = "model", 
             where[node.name] = "device"
             continue
         w, path, detail = _where(support.answers(node))
+        if w == "unknown":
+            w, path, detail = _other_ranks(matrix, node, mode) or (w, path, detail)
         where[node.name] = w
         stack = node.meta.get("nn_module_stack") or {}
         module = list(stack.values())[-1][0] if stack else ""

@@ -129,3 +129,17 @@ def test_explain_traces_a_catalog_workload_without_a_device(tmp_path):
     assert report.transfers >= 2 and report.segments >= 2
     assert "aten.layer_norm.default" in report.unknown_ops()  # never probed: said, not guessed
     assert report.comparison is None  # the matrix holds no run of mlp
+
+
+def test_suites_default_aliases_and_errors():
+    import argparse
+
+    from opmatrix.probes.workloads.cli import resolve_suites
+    from opmatrix.schema import UsageError
+
+    ns = argparse.Namespace
+    assert resolve_suites(ns(suites=None, workloads=None, runtime_only=False, no_runtime=False)) == {"runtime", "ops"}
+    assert resolve_suites(ns(suites=None, workloads="mlp", runtime_only=False, no_runtime=True)) == {"ops", "workloads"}
+    assert resolve_suites(ns(suites=["ops", "workloads"], workloads=None, runtime_only=True, no_runtime=False)) == {"runtime"}
+    with pytest.raises(UsageError, match="unknown suite 'workload'"):
+        resolve_suites(ns(suites=["workload"], workloads=None, runtime_only=False, no_runtime=False))
