@@ -152,6 +152,12 @@ def classify(st: EngineState, overload: str, dc: DeviceCall) -> tuple[ExecPath, 
     if dc.fell_back:
         note = "; ".join(filter(None, [note if path is ExecPath.fallback else None, _disagreement(path, dc)]))
         return ExecPath.fallback, comps, note or None
+    if path is ExecPath.fallback and FallbackState.not_observed in (dc.observed.state, dc.seen.state):
+        # the dispatcher had no backend kernel, so the boxed fallback served the call, yet no signal saw
+        # a host copy: a fallback that computes on memory the host reads directly. Both are said.
+        note = "; ".join(filter(None, [note, "no host<->device copy was seen inside the call (profiler call tree"
+                                       + (f", {dc.seen.source}" if dc.seen.state is FallbackState.not_observed
+                                          and dc.seen.source else "") + ")"]))
     return path, comps, note
 
 
