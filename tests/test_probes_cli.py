@@ -96,7 +96,7 @@ def test_privateuse1_module_is_probed_with_generic_signals(tmp_path):
     # profiler to see), so the path comes from the registrations and the note says no copy was seen
     sort = m.query("aten.sort.stable", dtype="float32", rank=3, layout="contiguous")
     assert str(sort.path) == "fallback" and str(sort.entry.fallback.state) == "not_observed"
-    assert "boxed fallback" in (sort.entry.note or "") and "no host<->device copy was seen" in (sort.entry.note or "")
+    assert "backend fallback" in (sort.entry.note or "") and "no host<->device copy was seen" in (sort.entry.note or "")
     assert _path(m, "aten.softmax.int", "float32", 3, dim=0) == "composite"
 
 
