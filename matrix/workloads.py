@@ -69,7 +69,7 @@ def diff_workloads(a: Iterable[WorkloadResult], b: Iterable[WorkloadResult]) -> 
             continue
         x, y = old[key], new[key]
         more_host = sorted(set(y.host_fallback.ops) - set(x.host_fallback.ops))
-        if _rank(y) > _rank(x) or more_host:
+        if _rank(y) > _rank(x) or (more_host and _rank(y) == _rank(x)):
             why = "; ".join(y.failed_steps()[:2]) or (f"new host fallback {', '.join(more_host)}" if more_host else "")
             out["worse"].append(f"{name}: {x.outcome.value} -> {y.outcome.value}{': ' + why if why else ''}")
         elif _rank(y) < _rank(x):

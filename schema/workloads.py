@@ -65,7 +65,7 @@ class HostFallback(Model):
 
     state: FallbackState = FallbackState.unknown
     ops: list[str] = Field(default_factory=list, description="ATen overloads the adapter saw run on the host")
-    copies: int | None = Field(default=None, ge=0, description="host<->device copies the profiler saw")
+    copies: int | None = Field(default=None, ge=0, description="host<->device copies the profiler saw in the forward pass")
     copy_bytes: int | None = Field(default=None, ge=0)
     predicted: list[str] | None = Field(
         default=None, description="of those ops, the ones the operator matrix predicted (None: no ops probed)"

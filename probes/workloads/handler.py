@@ -87,7 +87,11 @@ def _run_steps(ctx: Any, task: Any, run: steps.Run, backend: Any, progress: Call
         unit = f"{task.id}:{step.value}"
         progress(unit)
         run.step_ops = set()
-        results[step] = steps.guarded(ctx.adapter, _step_fn(step, run, backend, stats))
+        body = _step_fn(step, run, backend, stats)
+        if step is WorkloadStep.inference:  # copies are profiled in the forward pass only (profiling is costly)
+            results[step], stats["copies"] = copies_during(lambda b=body: steps.guarded(ctx.adapter, b))
+        else:
+            results[step] = steps.guarded(ctx.adapter, body)
         if run.step_ops:
             results[step] = results[step].model_copy(update={"host_fallback": sorted(run.step_ops)})
         if step is WorkloadStep.to_device and backend is not None and run.model is not None:
@@ -126,7 +130,8 @@ def handle(ctx: Any, task: Any, progress: Callable[[str], None], skip: Mapping[s
                                   error="the backend has no torch.compile backend"))
     stats: dict[str, Any] = {}
     reset_peak(ctx.adapter)
-    results, copies = copies_during(lambda: _run_steps(ctx, task, run, backend, progress, stats))
+    results = _run_steps(ctx, task, run, backend, progress, stats)
+    copies = stats.get("copies", (None, None))
     fallback = HostFallback(
         state=FallbackState.observed if run.fallback_ops else FallbackState(run.fallback_state),
         ops=sorted(run.fallback_ops), copies=copies[0], copy_bytes=copies[1])
