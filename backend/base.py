@@ -95,6 +95,8 @@ class Adapter:
     dispatch_key: str = "CPU"
     #: whether the adapter has verified behaviour on real hardware (shown in docs / doctor)
     verified: bool = True
+    #: the device is the host itself: nothing can fall back to it, so no call tree is recorded
+    is_host: bool = False
 
     def __init__(self, generation: str | None = None, device_index: int = 0):
         self.generation = generation

@@ -26,6 +26,7 @@ class CpuAdapter(Adapter):
     name = "cpu"
     device_type = "cpu"
     dispatch_key = "CPU"
+    is_host = True
 
     @contextlib.contextmanager
     def observe_fallback(self) -> Iterator[FallbackSeen]:

@@ -106,7 +106,9 @@ def probe_backward(st: EngineState, fn: Callable[..., Any], unit: Unit, dtype: t
     trace = CallTrace()
     try:
         with st.adapter.observe_fallback() as seen:
-            got = backward(fn, device_values(unit, st.adapter.device()), dtype, trace, post=unit.post)
+            # on the host itself every backward kernel is native: the call tree would say nothing more
+            got = backward(fn, device_values(unit, st.adapter.device()), dtype,
+                           None if st.adapter.is_host else trace, post=unit.post)
         st.adapter.synchronize()
     except Exception as exc:  # noqa: BLE001 - classified narrowly just below
         fault = fault_from_exception(st, unit_id, exc)
@@ -117,7 +119,7 @@ def probe_backward(st: EngineState, fn: Callable[..., Any], unit: Unit, dtype: t
         # the CPU computes gradients for this input, the device's outputs carry no grad_fn: the
         # backward never ran (so the profiler never started) and autograd is broken on the device
         return Autograd(path=ExecPath.rejected, outcome=Outcome.wrong)
-    path = backward_path(st, trace.observed, seen)
+    path = ExecPath.native if st.adapter.is_host else backward_path(st, trace.observed, seen)
     if st.adapter.device_type == "meta":
         return Autograd(path=path, outcome=Outcome.ok)
     rtol, atol = tolerance_for(unit.overload, dtype)

@@ -60,6 +60,8 @@ class EngineState:
     def wants_trace(self, key: Any, per_cell: int = 2) -> bool:
         """Whether to profile this call: always without an adapter counter; with one, the first
         ``per_cell`` calls of each cell key (the counter then covers the rest, cross-checked)."""
+        if self.adapter.is_host:  # the host itself: there is no host<->device copy to see
+            return False
         if not self.counter:
             return True
         done = self.traced.get(key, 0)
