@@ -21,8 +21,9 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Hashable, Sequence
 
-from opmatrix.schema import Autograd, DType, Entry, EntryPart, ExecPath, Numerics, RankRange, Samples
+from opmatrix.schema import DType, Entry, EntryPart, ExecPath, Numerics, RankRange, Samples
 
+from .rollup import _autograd as worst_autograd
 from .rollup import _join_notes, _max_opt
 
 __all__ = ["group_entries", "group_key"]
@@ -79,17 +80,6 @@ def _numerics_by_dtype(parts: Sequence[EntryPart]) -> dict[DType, Numerics]:
     return out
 
 
-def _autograd(parts: Sequence[EntryPart]) -> Autograd | None:
-    items = [p.autograd for p in parts if p.autograd is not None]
-    if not items:
-        return None
-    return Autograd(
-        path=max(a.path for a in items),
-        outcome=max(a.outcome for a in items),
-        max_abs_err=_max_opt(a.max_abs_err for a in items),
-    )
-
-
 def _common_conditions(parts: Sequence[EntryPart]) -> dict[str, str]:
     first = parts[0].conditions
     return {k: v for k, v in sorted(first.items()) if all(p.conditions.get(k) == v for p in parts)}
@@ -107,7 +97,7 @@ def _merge(boxes: Sequence[Entry]) -> Entry:
         conditions=_common_conditions(parts),
         mixed=head.mixed,
         flaky=any(p.flaky for p in parts),
-        autograd=_autograd(parts),
+        autograd=worst_autograd([p.autograd for p in parts if p.autograd is not None]),
         numerics=next(iter(by_dtype.values())) if len(by_dtype) == 1 and len(tolerances) == 1 else None,
         components=head.components,
         fallback=head.fallback,

@@ -103,18 +103,10 @@ class Recommender(nn.Module):
         return self.top(torch.cat([e, F.relu(self.dense(dense))], dim=1))
 
 
-class _DecoderLayer(nn.Module):
-    def __init__(self, d: int, heads: int):
-        super().__init__()
-        self.heads = heads
-        self.ln1 = nn.LayerNorm(d)
-        self.qkv = nn.Linear(d, 3 * d)
-        self.proj = nn.Linear(d, d)
-        self.ln2 = nn.LayerNorm(d)
-        self.ff1 = nn.Linear(d, 4 * d)
-        self.ff2 = nn.Linear(4 * d, d)
+class _DecoderLayer(EncoderBlock):
+    """The encoder block's layers, run causally with a KV cache."""
 
-    def forward(self, x: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor] | None):
+    def forward(self, x: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor] | None):  # type: ignore[override]
         b, t, d = x.shape
         q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
         shape = (b, t, self.heads, d // self.heads)
