@@ -38,7 +38,9 @@ def _probe(out: Path, ops: str, dtypes: str, **env: str) -> tuple[subprocess.Com
 def _cells(matrix: dict[str, Any], op: str, dtype: str) -> dict[int, list[dict[str, Any]]]:
     """rank -> the entries covering (op, dtype, rank) in eager mode."""
     out: dict[int, list[dict[str, Any]]] = {}
-    for e in matrix["operators"].get(op, []):
+    # a contract-level entry is the union of its exact boxes (``parts``): judge each box
+    boxes = [{**e, **part} for e in matrix["operators"].get(op, []) for part in (e.get("parts") or [{}])]
+    for e in boxes:
         if dtype in e["dtypes"] and e.get("mode", "eager") == "eager":
             for rank in range(e["ranks"]["min"], e["ranks"]["max"] + 1):
                 out.setdefault(rank, []).append(e)

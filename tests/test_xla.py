@@ -124,8 +124,8 @@ class TestPaths:
             assert cell.result.fallback.state is FallbackState.not_observed
 
     def test_fallback_ops_are_fallback_and_agree_with_counters(self, xla):
-        """unique falls back through aten::_unique2: every cell is fallback and names exactly the counters
-        that grew while the task ran."""
+        """unique falls back through aten::_unique2: every cell is fallback and names every counter that
+        grew while the task ran (beside the host ops the call tree saw inside the CPU fallback)."""
         before = _aten_counters()
         record = probe_task(xla, "unique", "float32", options={"compile": "off"})
         grown = _grown(before, _aten_counters())
@@ -134,7 +134,7 @@ class TestPaths:
         assert cells
         assert {c.result.path for c in cells} == {ExecPath.fallback}
         assert all(c.result.fallback.state is FallbackState.observed for c in cells)
-        assert set().union(*(c.result.fallback.ops for c in cells)) == grown
+        assert grown <= set().union(*(c.result.fallback.ops for c in cells))
 
     def test_argument_dependent_fallback_matches_counters_per_sample(self, xla):
         """max_pool2d is lowered for some arguments and falls back for others: the cell is mixed, counts
@@ -185,7 +185,9 @@ def test_an_input_that_kills_the_process_is_crashed_on_its_cell_and_nothing_else
     assert crashed["error"]["signal"] == "SIGFPE"
     assert "Floating point exception" in crashed["error"]["message"]
     # the (5, 5, 5) sample of the same cell ran after the worker was replaced
-    assert crashed["samples"] == {"probed": 2, "passed": 1, "by_path": {"native": 1, "rejected": 1}}
+    assert (crashed["samples"]["probed"], crashed["samples"]["passed"]) == (2, 1)
+    # the crashed sample keeps the kernel the dispatcher chose (XLA's roll), never "rejected"
+    assert crashed["path"] == "native" and not crashed["samples"].get("by_path")
     assert (roll[(3, "transposed")]["path"], roll[(3, "transposed")]["outcome"]) == ("native", "ok")
     add = records["add|float32"]["cells"]
     assert add and {(c["result"]["path"], c["result"]["outcome"]) for c in add} == {("native", "ok")}
@@ -214,4 +216,4 @@ def test_probe_cli_reports_native_add_mm_and_fallback_unique(tmp_path: Path):
     assert query("aten.mm.default")["path"] == "native"
     unique = query("aten._unique2.default")
     assert unique["path"] == "fallback"
-    assert unique["entry"]["fallback"]["ops"] == ["aten::_unique2"]
+    assert "aten::_unique2" in unique["entry"]["fallback"]["ops"]  # with the host ops inside the fallback

@@ -69,7 +69,9 @@ def run_failure(ctx: Ctx, case: dict[str, Any], store: Any, new_group: Any) -> d
             dist.barrier()
             time.sleep(_KILL_DELAY)  # rank 0 is inside the all_reduce by now
             os.kill(os.getpid(), signal.SIGKILL)
-        store.wait(["survivor_done"], dt.timedelta(seconds=case["deadline"]))  # joins the group, never the collective
+        # joins the group, never the collective; waits past the case deadline so that the launcher's
+        # deadline (which kills the ranks and says so) always ends a hang, never this wait's own timeout
+        store.wait(["survivor_done"], dt.timedelta(seconds=2 * case["deadline"] + 10))
         return {"outcome": "ok", "evidence": {"role": "stayed out of the collective"}}
     if kind == "rank_killed":
         dist.barrier()
