@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from opmatrix.schema import (
+    PROCESS_FAULTS,
     ArtifactError,
     BackendId,
     JournalHeader,
@@ -36,7 +37,8 @@ from opmatrix.schema.outdir import DirClaim, check_out_path, claim_dir
 
 __all__ = ["merge", "probe"]
 
-_PROCESS_FAULTS = ("crashed", "hung", "poisoned")
+#: outcomes that mean a process died or a context broke: the probe exits 1
+_PROCESS_FAULTS = frozenset(f.value for f in PROCESS_FAULTS)
 JOURNAL = "journal.jsonl"
 
 

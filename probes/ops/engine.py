@@ -112,14 +112,17 @@ class _TaskRun:
         self.representative_done = False
         self.invalid = 0
 
+    def _admit(self, unit: Unit, uid: str, mode: Mode) -> bool:
+        """Whether ``uid`` runs now; one that an earlier fault rules out is recorded (or listed as not run)."""
+        decision = self.plan.decide(unit, uid)
+        if decision not in ("run", "not_run"):
+            self.results.append(fault_result(self.st, unit, mode, decision))
+        return decision == "run"
+
     def unit(self, unit: Unit) -> None:
         """Probe one unit (eager, then compile when wanted), or record why it does not run."""
         uid = f"{unit.index}/{unit.layout.value}/eager"
-        decision = self.plan.decide(unit, uid)
-        if decision == "not_run":
-            return
-        if decision != "run":
-            self.results.append(fault_result(self.st, unit, Mode.eager, decision))
+        if not self._admit(unit, uid, Mode.eager):
             return
         no_ref = None
         try:
@@ -181,11 +184,7 @@ class _TaskRun:
             return
         self.compile_done[ckey] = True
         cid = f"{unit.index}/{unit.layout.value}/compile"
-        decision = self.plan.decide(unit, cid)
-        if decision == "not_run":
-            return
-        if decision != "run":
-            self.results.append(fault_result(self.st, unit, Mode.compile, decision))
+        if not self._admit(unit, cid, Mode.compile):
             return
         self.progress(cid)
         self.results.append(probe_compile(self.st, self.entry, unit, self.dtype, ref, eager))
