@@ -66,6 +66,44 @@ def test_overload_signature_includes_rank_and_dtype() -> None:
     assert any("upsample_nearest1d" in c for c in calls3) and any("upsample_nearest2d" in c for c in calls4)
 
 
+@pytest.mark.parametrize("fn, values", [
+    (torch.add, (torch.rand(3, 2), (torch.rand(3, 2),), {"alpha": 2})),
+    (torch.softmax, (torch.rand(2, 5), (1,), {})),
+    (F.linear, (torch.rand(2, 3), (torch.rand(4, 3), torch.rand(4)), {})),
+    (torch.nn.functional.normalize, (torch.rand(2, 3), (), {})),
+    (lambda x, y: x.add_(y), (torch.rand(3), (torch.rand(3),), {})),
+])
+def test_pre_dispatch_recorder_sees_what_make_fx_traces(fn, values) -> None:
+    """The cheap recorder and make_fx(pre_dispatch=True) name the same top-level ops."""
+    before = values[0].clone()
+    assert observe._pre_dispatch_overloads(fn, values) == observe._make_fx_overloads(fn, values)
+    assert torch.equal(values[0], before)  # an in-place op ran on a copy, not on the sample
+
+
+def test_pre_dispatch_recorder_sees_data_dependent_ops() -> None:
+    """make_fx cannot trace Tensor.item (a data-dependent read); recording on real inputs can."""
+    assert observe.top_level_overloads(lambda t: t.item(), (torch.tensor(3.0), (), {})) == ["aten.item.default"]
+    assert not torch._ops._len_torch_dispatch_stack_pre_dispatch()  # the mode is off again
+
+
+def test_samples_come_from_opinfo_without_its_stack_crawl() -> None:
+    """The samples are OpInfo's own, at the same seed, without its TrackedInputIter."""
+    import random
+
+    from opmatrix.probes.ops.source import _sample_iter, all_ops
+
+    entry = next(e for e in all_ops() if e.full_name == "nn.functional.conv2d")
+    torch.manual_seed(0)
+    random.seed(0)
+    ours = list(_sample_iter(entry.info, torch.float32))
+    torch.manual_seed(0)
+    random.seed(0)
+    theirs = list(entry.info.sample_inputs("cpu", torch.float32, set_seed=False))
+    assert len(ours) == len(theirs) > 3
+    for a, b in zip(ours, theirs):
+        assert torch.equal(a.input, b.input) and a.kwargs == b.kwargs
+
+
 def _unit(index: str) -> SimpleNamespace:
     return SimpleNamespace(index=index)
 
