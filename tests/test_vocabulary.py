@@ -140,25 +140,16 @@ def test_planning_ops_uses_the_name_index_without_importing_op_db(tmp_path: Path
     assert again.stdout.strip() == names  # the same selection and the same source hash without the index
 
 
-@pytest.mark.slow
-def test_cached_samples_equal_generated_ones_and_keep_the_rng_stream(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch):
-    """A sample-cache hit gives the same samples, and the same random numbers afterwards."""
+def test_samples_are_reproducible_per_op_and_dtype():
+    """Two generations of one (OpInfo, dtype) give the same samples (seeded once per call)."""
     import torch
 
     from opmatrix.probes.ops import source
 
-    monkeypatch.setenv("OPMATRIX_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv("OPMATRIX_NO_CACHE", raising=False)
-    source._index_path.cache_clear()
-    (entry,) = [e for e in source.select_ops(["mm"]) if e.full_name == "mm"]
+    (entry,) = [e for e in source.all_ops() if e.full_name == "mm"]
     first = source.generate_samples(entry, torch.float32)
-    after_first = torch.rand(3)
-    assert list((tmp_path / "samples").rglob("mm-float32-s0-lNone.pt")), "mm's samples were not stored"
     again = source.generate_samples(entry, torch.float32)
-    assert torch.equal(torch.rand(3), after_first)
     assert len(again) == len(first) > 0
     for a, b in zip(first, again, strict=True):
         assert torch.equal(a.input, b.input) and a.input.stride() == b.input.stride()
         assert all(torch.equal(x, y) for x, y in zip(a.args, b.args, strict=True)) and a.kwargs == b.kwargs
-    source._index_path.cache_clear()
