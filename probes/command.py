@@ -101,20 +101,24 @@ def _shard_of(tasks: list[Any], shard: tuple[int, int]) -> list[Any]:
 
 def probe_evidence(adapter: Any, command: str, started: str, source: OpSource | None,
                    worker: Evidence | None = None) -> Evidence:
-    """The matrix's evidence block: versions as the workers saw them, else as the adapter says."""
-    import torch
+    """The matrix's evidence block: versions as the workers saw them, else as the adapter says.
 
+    With a worker's evidence the parent never imports torch (a second and more, after the run)."""
     if worker is not None:  # versions as the workers saw them: the parent never initialises the device
         versions = {k: getattr(worker, k) for k in ("driver", "firmware", "isa", "stepping", "backend_version")}
+        torch_version, torch_git = worker.torch_version, worker.torch_git
     else:
+        import torch
+
+        torch_version, torch_git = torch.__version__, getattr(torch.version, "git_version", None)
         try:
             versions = adapter.versions()
         except Exception as exc:  # noqa: BLE001 - versions are evidence, not a reason to fail the run
             versions = {"backend_version": f"unknown ({type(exc).__name__})"}
     return Evidence(
         opmatrix_version=metadata.version("opmatrix"),
-        torch_version=torch.__version__,
-        torch_git=getattr(torch.version, "git_version", None),
+        torch_version=torch_version,
+        torch_git=torch_git,
         python=platform.python_version(),
         platform=platform.platform(terse=True),
         driver=versions.get("driver"),

@@ -8,6 +8,8 @@ observed with the profiler like an eager call (host copies inside it are fallbac
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from opmatrix.schema import ErrorInfo, ExecPath, FallbackState, Mode, Outcome
@@ -45,6 +47,28 @@ def _compiled_path(unit: Unit, eager: SampleResult, ran: list[str], fell_back: b
     return path, [], note
 
 
+def _skip_funcname_scan(fn: Any) -> None:
+    """Spare dynamo tokenizing op_db's source file for a debug-log header.
+
+    For every traced call dynamo names the enclosing function in its TRACE log header, and to do
+    so it tokenizes the whole file the traced code lives in, once per process, whether that log
+    is on or not. OpInfo's ops are mostly lambdas in ``common_methods_invocations.py`` (1 MB:
+    about a second of tokenizing, more than all compiles of a task). OpInfo's own files
+    are entered in dynamo's name cache as having no names: the only effect is a log header without the
+    function's name. Nothing happens if dynamo's cache is not where this expects it.
+    """
+    code = getattr(fn, "__code__", None)
+    if code is None or "testing/_internal/" not in code.co_filename.replace("\\", "/"):
+        return
+    try:
+        from torch._dynamo import funcname_cache
+    except ImportError:
+        return
+    cache = getattr(funcname_cache, "cache", None)
+    if isinstance(cache, dict):
+        cache.setdefault(code.co_filename, {})
+
+
 def probe_compile(st: EngineState, entry: OpEntry, unit: Unit, dtype: torch.dtype, ref: Reference,
                   eager: SampleResult) -> SampleResult:
     """Compile the op for the unit's values, run it once observed, and judge it."""
@@ -56,7 +80,7 @@ def probe_compile(st: EngineState, entry: OpEntry, unit: Unit, dtype: torch.dtyp
         return result
     import torch._dynamo
 
-    fn = entry.info.op
+    _skip_funcname_scan(fn := entry.info.op)
     torch._dynamo.reset()
     compiled = torch.compile(lambda i, *a, **k: fn(i, *a, **k), backend=backend, dynamic=False)
     unit_id = f"{unit.index}/{unit.layout.value}/compile"
