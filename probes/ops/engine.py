@@ -16,6 +16,7 @@ units an earlier fault rules out are listed as not run (:mod:`.faults`).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -34,7 +35,7 @@ from .faults import SkipPlan, fault_from_exception, fault_result
 from .judging import Reference, check_values, judge, post, reference
 from .source import OpEntry, generate_samples, values_undefined
 from .state import EngineState, InlineContext, ProbeOptions, engine_state
-from .units import Unit, device_values, units
+from .units import Unit, device_values, units, values_key
 from .values import error_info, to_cpu, where
 
 __all__ = ["ProbeOptions", "handle", "probe_task", "task_id"]
@@ -58,9 +59,17 @@ def _failed(st: EngineState, unit: Unit, uid: str, dc: DeviceCall, result: Sampl
 
 
 def _judged(st: EngineState, fn: Callable[..., Any], unit: Unit, dtype: torch.dtype, opts: ProbeOptions,
-            ref: Reference, out: Any, result: SampleResult) -> None:
-    """Compare the outputs with the reference (retrying once when wrong: flaky or wrong)."""
+            ref: Reference, out: Any, result: SampleResult, own: Callable[[], Reference] | None = None) -> None:
+    """Compare the outputs with the reference (retrying once when wrong: flaky or wrong).
+
+    ``own``: the reference is the sample's, computed on another layout; when the outputs do not
+    match it, this layout's own CPU reference is computed and judges instead (an op whose values
+    depend on memory layout is never called wrong for it)."""
     ok, res, comparable, broken = check_values(st, unit, ref, out, dtype, result)
+    if not ok and own is not None:
+        with contextlib.suppress(Exception):  # the CPU rejects this layout: the sample's reference stands
+            ref = own()
+            ok, res, comparable, broken = check_values(st, unit, ref, out, dtype, result)
     if not ok and opts.retry_wrong and broken is None:
         again = run_device(st, fn, device_values(unit, st.adapter.device()), False, profile=False)
         if again.error is None and judge(ref, post(unit, again.out)[0], unit.overload, dtype, comparable)[0]:
@@ -71,7 +80,8 @@ def _judged(st: EngineState, fn: Callable[..., Any], unit: Unit, dtype: torch.dt
 
 
 def probe_eager(st: EngineState, entry: OpEntry, unit: Unit, dtype: torch.dtype, opts: ProbeOptions,
-                ref: Reference | None, no_ref: str | None = None) -> SampleResult:
+                ref: Reference | None, no_ref: str | None = None, own: Callable[[], Reference] | None = None
+                ) -> SampleResult:
     """One unit in eager mode: run, observe, classify, judge (its backward is its own unit)."""
     fn = entry.info.op
     result = SampleResult(op=unit.overload, rank=unit.rank, layout=unit.layout, mode=Mode.eager,
@@ -80,6 +90,8 @@ def probe_eager(st: EngineState, entry: OpEntry, unit: Unit, dtype: torch.dtype,
     # the leaf ops (a dispatch mode) only matter for composites; the call tree is always recorded
     record = not observe.registration(observe.qualified(unit.overload), st.adapter.dispatch_key).backend
     key = (unit.overload, dtype, unit.rank, unit.layout, tuple(sorted(unit.features.items())))
+    known = st.host_paths.get(key) if record else None
+    record = record and known is None
     dc = run_device(st, fn, device_values(unit, st.adapter.device()), record, profile=st.wants_trace(key))
     st.counter = st.counter or dc.seen.state is not FallbackState.unknown
     if dc.observed.state is FallbackState.observed:
@@ -89,12 +101,16 @@ def probe_eager(st: EngineState, entry: OpEntry, unit: Unit, dtype: torch.dtype,
         if ref is None:
             result.note = "; ".join(filter(None, [result.note, f"no reference: {no_ref}"]))
         return result
-    result.path, result.components, result.note = classify(st, unit.overload, dc)
+    if known is not None:
+        result.path, result.components, result.note = known
+    else:
+        result.path, result.components, result.note = classify(st, unit.overload, dc)
+        st.learn_host_path(key, result.path, result.components, result.note)
     apply_evidence(result, dc)
     if ref is None:  # the CPU rejects this input: the device's behaviour is the evidence
         result.note = "; ".join(filter(None, [result.note, f"no reference: {no_ref}; the device returned a value"]))
         return result
-    _judged(st, fn, unit, dtype, opts, ref, dc.out, result)
+    _judged(st, fn, unit, dtype, opts, ref, dc.out, result, own)
     return result
 
 
@@ -111,6 +127,9 @@ class _TaskRun:
         self.compile_done: dict[Any, bool] = {}
         self.representative_done = False
         self.invalid = 0
+        #: each sample's CPU reference, from its first layout: most layouts change memory, not values
+        self.references: dict[tuple[str, bool], Reference] = {}
+        self.gradients: dict[tuple[str, bool], Any] = {}  # and its CPU gradients
 
     def _admit(self, unit: Unit, uid: str, mode: Mode) -> bool:
         """Whether ``uid`` runs now; one that an earlier fault rules out is recorded (or listed as not run)."""
@@ -124,14 +143,20 @@ class _TaskRun:
         uid = f"{unit.index}/{unit.layout.value}/eager"
         if not self._admit(unit, uid, Mode.eager):
             return
-        no_ref = None
-        try:
-            ref: Reference | None = reference(self.entry.info.op, unit.cpu_values, self.dtype, unit.post)
-        except Exception as exc:  # noqa: BLE001 - the CPU rejects this input: the device still runs
-            ref, no_ref = None, f"the CPU reference rejects this input ({type(exc).__name__}: {str(exc)[:120]})"
-            self.invalid += 1
+        no_ref, own = None, None
+        key = values_key(unit)
+        ref: Reference | None = self.references.get(key)
+        if ref is not None:  # borrowed from the sample's first layout; this layout's own on a mismatch
+            own = lambda: reference(self.entry.info.op, unit.cpu_values, self.dtype, unit.post)  # noqa: E731
+        else:
+            try:
+                ref = self.references[key] = reference(self.entry.info.op, unit.cpu_values, self.dtype,
+                                                              unit.post)
+            except Exception as exc:  # noqa: BLE001 - the CPU rejects this input: the device still runs
+                ref, no_ref = None, f"the CPU reference rejects this input ({type(exc).__name__}: {str(exc)[:120]})"
+                self.invalid += 1
         self.progress(uid)
-        eager = self._eager(unit, ref, no_ref)
+        eager = self._eager(unit, ref, no_ref, own)
         self.results.append(eager)
         if ref is not None:
             self._backward(unit, eager)
@@ -155,11 +180,12 @@ class _TaskRun:
             eager.note = "; ".join(filter(None, [eager.note, f"backward {decision.outcome} in unit {bid}: {first}"]))
             return
         self.progress(bid)
-        eager.autograd = probe_backward(self.st, self.entry.info.op, unit, self.dtype)
+        eager.autograd = probe_backward(self.st, self.entry.info.op, unit, self.dtype, self.gradients)
 
-    def _eager(self, unit: Unit, ref: Reference | None, no_ref: str | None) -> SampleResult:
+    def _eager(self, unit: Unit, ref: Reference | None, no_ref: str | None,
+               own: Callable[[], Reference] | None) -> SampleResult:
         try:
-            return probe_eager(self.st, self.entry, unit, self.dtype, self.opts, ref, no_ref)
+            return probe_eager(self.st, self.entry, unit, self.dtype, self.opts, ref, no_ref, own)
         except (KeyboardInterrupt, SystemExit):
             raise
         except Exception as exc:  # noqa: BLE001 - an engine failure on one unit is that cell's error
@@ -224,7 +250,7 @@ def probe_task(adapter_or_ctx: Any, source: str, dtype_name: str, *, options: Ma
     run = _TaskRun(st, entry, dtype_name, opts, SkipPlan(skip, skip_rest), progress)
     for unit in units(st, entry, samples, opts, values_undefined(entry, dtype)):
         run.unit(unit)
-    st.overloads.flush()
+    st.overloads.flush(every=5.0)  # a worker killed before the next merge only costs a re-record
     return run.record(tid, source, started)
 
 

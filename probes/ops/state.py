@@ -57,6 +57,24 @@ class EngineState:
     #: profiled calls per cell key (see :func:`wants_trace`)
     traced: dict[Any, int] = field(default_factory=dict)
 
+    #: on the host adapter, a composite cell key's path once its leaf ops were recorded twice
+    host_paths: dict[Any, tuple[Any, list[str], str | None]] = field(default_factory=dict)
+    #: recorded composite calls per cell key on the host adapter
+    host_recorded: dict[Any, int] = field(default_factory=dict)
+
+    def learn_host_path(self, key: Any, path: Any, components: list[str], note: str | None,
+                        per_cell: int = 2) -> None:
+        """On the host adapter, keep a composite cell key's classification after ``per_cell``
+        recorded calls: there is no fallback to find on the host, so its path is the dispatcher's
+        choice for that key, and the leaf ops (a Python dispatch mode, the dearest part of a host
+        call) are recorded for the first calls of each cell only. Other adapters record every
+        composite call: a fallback may hide behind any one of them."""
+        if not self.adapter.is_host:
+            return
+        done = self.host_recorded[key] = self.host_recorded.get(key, 0) + 1
+        if done >= per_cell:
+            self.host_paths[key] = (path, list(components), note)
+
     def wants_trace(self, key: Any, per_cell: int = 2) -> bool:
         """Whether to profile this call: always without an adapter counter; with one, the first
         ``per_cell`` calls of each cell key (the counter then covers the rest, cross-checked)."""

@@ -23,7 +23,7 @@ from .source import OpEntry
 from .state import EngineState, ProbeOptions
 from .values import call, identity, map_tensors
 
-__all__ = ["Unit", "device_values", "overload_of", "units"]
+__all__ = ["Unit", "device_values", "overload_of", "units", "values_key"]
 
 
 def _named_features(overload: str, values: Any, rank: int) -> dict[str, str]:
@@ -57,6 +57,12 @@ class Unit:
     features: dict[str, str]
     post: Callable[[Any], Any] = identity  # the sample's output_process_fn_grad
     undefined: str | None = None  # why the values cannot be compared (OpInfo; dropout_p > 0)
+
+
+def values_key(unit: Unit) -> tuple[str, bool]:
+    """Units with equal keys hold equal values (their layouts differ in memory only): one CPU
+    reference serves them all. ``expanded`` broadcasts the first row, so its values differ."""
+    return unit.index, unit.layout is Layout.expanded
 
 
 def device_values(unit: Unit, device: Any) -> Any:
