@@ -104,7 +104,34 @@ def test_dtypes_like(op: Any) -> tuple[int, int]:
     return fwd, bwd
 
 
-def baseline_child(names: list[str]) -> None:
+def _as_unittest(entries: list[Any]) -> tuple[int, int]:
+    """test_dtypes as PyTorch runs it: one ``TestCase`` test per OpInfo (``test_dtypes_<op>_cpu``
+    of ``TestCommonCPU``), so OpInfo's sample tracking finds the running test and re-seeds every
+    sample from the test's name, as it does under ``test_ops.py``. No pytest, no collection of
+    the other tests: PyTorch's own run costs more than this."""
+    import io
+    import unittest
+
+    from torch.testing._internal.common_utils import TestCase
+
+    counts = [0, 0]
+
+    def make(info: Any) -> Any:
+        def test(self: Any) -> None:
+            f, b = test_dtypes_like(info)
+            counts[0], counts[1] = counts[0] + f, counts[1] + b
+        return test
+
+    methods = {f"test_dtypes_{e.full_name.replace('.', '_')}_cpu": make(e.info) for e in entries}
+    case = type("TestCommonCPU", (TestCase,), methods)
+    suite = unittest.TestSuite(case(name) for name in methods)
+    result = unittest.TextTestRunner(stream=io.StringIO(), verbosity=0).run(suite)
+    if result.errors or result.failures:
+        sys.exit(f"baseline test errors: {(result.errors or result.failures)[0][1][-2000:]}")
+    return counts[0], counts[1]
+
+
+def baseline_child(names: list[str], mode: str) -> None:
     """The baseline process: import op_db, select the entries, run test_dtypes' procedure."""
     t0 = time.perf_counter()
     from opmatrix.probes.ops.source import all_ops, select_ops
@@ -113,11 +140,14 @@ def baseline_child(names: list[str]) -> None:
     entries = select_ops(names)
     t1 = time.perf_counter()
     fwd = bwd = 0
-    for e in entries:
-        f, b = test_dtypes_like(e.info)
-        fwd, bwd = fwd + f, bwd + b
+    if mode == "unittest":
+        fwd, bwd = _as_unittest(entries)
+    else:
+        for e in entries:
+            f, b = test_dtypes_like(e.info)
+            fwd, bwd = fwd + f, bwd + b
     t2 = time.perf_counter()
-    print(f"baseline: {len(entries)} entries, {fwd} forward + {bwd} backward calls, "
+    print(f"baseline ({mode}): {len(entries)} entries, {fwd} forward + {bwd} backward calls, "
           f"import {t1 - t0:.1f} s, loop {t2 - t1:.1f} s", flush=True)
 
 
@@ -136,8 +166,8 @@ def _timed(cmd: list[str], env: dict[str, str]) -> tuple[float, str]:
     return wall, f"{res.stdout.strip()}\n{cpu:.1f} s CPU"
 
 
-def run_baseline(names: list[str], env: dict[str, str]) -> tuple[float, str]:
-    return _timed([sys.executable, __file__, "--baseline-child", "--ops", ",".join(names)], env)
+def run_baseline(names: list[str], env: dict[str, str], mode: str) -> tuple[float, str]:
+    return _timed([sys.executable, __file__, "--baseline-child", "--baseline", mode, "--ops", ",".join(names)], env)
 
 
 def _env(env: dict[str, str], caches: Path) -> dict[str, str]:
@@ -184,11 +214,15 @@ def main() -> None:
                     "built once, untimed, every other cache empty per run; warm: caches kept across rounds")
     ap.add_argument("--no-two", action="store_true", help="skip the two-worker runs")
     ap.add_argument("--probe-arg", action="append", default=[], help="extra argument for opmatrix probe")
+    ap.add_argument("--baseline", choices=["unittest", "loop"], default="unittest",
+                    help="unittest (default): test_dtypes' procedure as one TestCase test per OpInfo, as PyTorch "
+                    "runs it (OpInfo re-seeds each sample from the test's name); loop: the same procedure in a "
+                    "bare loop, samples seeded once per call (a leaner bar than PyTorch's own test)")
     ap.add_argument("--baseline-child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     names = [n.strip() for n in args.ops.split(",") if n.strip()]
     if args.baseline_child:
-        baseline_child(names)
+        baseline_child(names, args.baseline)
         return
     env = {k: v for k, v in os.environ.items() if k not in ("OPMATRIX_NO_CACHE",)}
     caches = Path(tempfile.mkdtemp(prefix="bench-opm-caches-"))
@@ -206,7 +240,7 @@ def main() -> None:
                 if what == "opmatrix-2" and args.no_two:
                     continue
                 if what == "baseline":
-                    wall, text = run_baseline(names, env)
+                    wall, text = run_baseline(names, env, args.baseline)
                 else:
                     wall, text = run_opmatrix(names, int(what[-1]), env, caches, args.caches != "warm", args.probe_arg)
                     if args.caches == "none":
