@@ -100,7 +100,7 @@ def test_samples_come_from_opinfo_without_its_stack_crawl() -> None:
     random.seed(0)
     theirs = list(entry.info.sample_inputs("cpu", torch.float32, set_seed=False))
     assert len(ours) == len(theirs) > 3
-    for a, b in zip(ours, theirs):
+    for a, b in zip(ours, theirs, strict=True):
         assert torch.equal(a.input, b.input) and a.kwargs == b.kwargs
 
 

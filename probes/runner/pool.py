@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .board import UnitBoard
+from .messages import ToWorker
 from .worker import WorkerSpec, worker_main
 
 __all__ = ["WorkerHandle", "exit_fault", "last_words", "spawn_worker"]
@@ -59,7 +60,7 @@ class WorkerHandle:
         self.conn.close()
         self.board.close(remove=True)
 
-    def send(self, msg: tuple[Any, ...]) -> bool:
+    def send(self, msg: ToWorker) -> bool:
         """Send a message; False when the worker's end is already closed."""
         try:
             self.conn.send(msg)

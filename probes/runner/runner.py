@@ -28,6 +28,7 @@ from typing import Any
 from .header import header_line
 from .identity import IDENTITY_FILE, cached_identity, fingerprint, store_identity
 from .journal import Journal, JournalState, load_reusable, open_for_resume, rotate, task_key
+from .messages import Done, FromWorker, Poisoned, Ready, RunTask, SetupFailed, Stop
 from .plan import (
     MAX_STARTUP_FAILURES,
     MAX_TASK_FAULTS,
@@ -225,24 +226,23 @@ class Run:
                 keep.append(job)
         self.pending = keep
 
-    def _handle(self, handle: WorkerHandle, msg: tuple[Any, ...]) -> None:
-        kind = msg[0]
+    def _handle(self, handle: WorkerHandle, msg: FromWorker) -> None:
         job: Job | None = handle.job
-        if kind == "ready":
-            self._on_ready(handle, msg[2])
-        elif kind == "setup_failed":
-            raise Aborted(f"worker {handle.slot} could not set up backend {self.backend!r}:\n{msg[2]}")
-        elif job is None or msg[1] != job.task.id:
+        if isinstance(msg, Ready):
+            self._on_ready(handle, msg.identity)
+        elif isinstance(msg, SetupFailed):
+            raise Aborted(f"worker {handle.slot} could not set up backend {self.backend!r}:\n{msg.trace}")
+        elif job is None or msg.task_id != job.task.id:
             return  # a late message about a task this worker no longer owns
-        elif kind == "done":
+        elif isinstance(msg, Done):
             handle.job, handle.unit, handle.deadline = None, None, float("inf")
-            self._record(job, json.loads(msg[2]), worker=handle.slot)
-        elif kind in ("poisoned", "fault"):
-            skip = Skip("poisoned", msg[3]) if kind == "poisoned" else Skip(msg[3], msg[4])
+            self._record(job, json.loads(msg.record), worker=handle.slot)
+        else:  # Poisoned or Fault: the worker exits
+            skip = Skip("poisoned", msg.message) if isinstance(msg, Poisoned) else Skip(msg.outcome, msg.message)
             handle.gone = True
             self._lost(handle, fault=True)
             handle.job = None
-            self._fault(job, msg[2], skip)
+            self._fault(job, msg.unit, skip)
 
     def _drain(self, handle: WorkerHandle) -> None:
         """Handle every message the worker sent; mark it gone at end of file."""
@@ -340,7 +340,7 @@ class Run:
                 continue
             job = self.pending.popleft()
             job.seq0 = handle.board.read()[0]  # before the worker can post the task's first unit
-            if not handle.send(("task", job.task, dict(job.skip), job.skip_rest)):
+            if not handle.send(RunTask(job.task, dict(job.skip), job.skip_rest)):
                 self.pending.appendleft(job)
                 handle.gone = True
                 continue
@@ -378,7 +378,7 @@ class Run:
 
     def shutdown(self) -> None:
         """Stop idle workers, kill busy ones, close the journal (fsync)."""
-        idle = [w for w in self.workers.values() if w.job is None and w.ready and w.send(("stop",))]
+        idle = [w for w in self.workers.values() if w.job is None and w.ready and w.send(Stop())]
         for handle in self.workers.values():
             if handle not in idle:
                 handle.kill()

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from .board import UnitBoard
+from .messages import Done, Fault, Poisoned, Ready, RunTask, SetupFailed
 from .task import Skip, Task, WorkerContext, WorkerPoisoned, resolve_handler
 
 __all__ = ["WorkerSpec", "worker_main"]
@@ -170,20 +171,19 @@ def worker_main(slot: int, conn: Connection, spec: WorkerSpec) -> None:
     try:
         ctx, identity = _setup(slot, spec)
     except Exception:  # noqa: BLE001 - any setup failure is reported to the parent verbatim
-        conn.send(("setup_failed", slot, traceback.format_exc()[-4000:]))
+        conn.send(SetupFailed(slot, traceback.format_exc()[-4000:]))
         return
     board = UnitBoard(spec.board_path)
-    conn.send(("ready", slot, identity))
+    conn.send(Ready(slot, identity))
     handlers: dict[str, Any] = {}
     while True:
         try:
             msg = conn.recv()
         except EOFError:
             _quit()
-        if msg[0] == "stop":
+        if not isinstance(msg, RunTask):  # Stop
             _quit()
-        _, task, skip, skip_rest = msg
-        if not _serve(ctx, conn, board, task, skip, skip_rest, handlers, spec.handlers):
+        if not _serve(ctx, conn, board, msg.task, msg.skip, msg.skip_rest, handlers, spec.handlers):
             return
 
 
@@ -222,17 +222,17 @@ def _serve(
         if not hasattr(record, "model_dump_json"):
             raise TypeError(f"handler for {task.kind!r} returned {type(record).__name__}, expected a pydantic record")
     except WorkerPoisoned as exc:
-        conn.send(("poisoned", task.id, exc.unit if exc.unit is not None else unit[0], exc.message))
+        conn.send(Poisoned(task.id, exc.unit if exc.unit is not None else unit[0], exc.message))
         return False
     except Exception as exc:  # noqa: BLE001 - a handler bug or an escaped OOM is blamed on the unit
         outcome = "oom" if _is_oom(exc) else "error"
         traceback.print_exc()
-        conn.send(("fault", task.id, unit[0], outcome, f"{type(exc).__name__}: {exc}"[-2000:]))
+        conn.send(Fault(task.id, unit[0], outcome, f"{type(exc).__name__}: {exc}"[-2000:]))
         return False
     if _has_fault(record):
         problem = ctx.adapter.poisoned_after_fault()
         if problem is not None:
-            conn.send(("poisoned", task.id, unit[0], f"health check after the task failed: {problem}"))
+            conn.send(Poisoned(task.id, unit[0], f"health check after the task failed: {problem}"))
             return False
-    conn.send(("done", task.id, record.model_dump_json()))
+    conn.send(Done(task.id, record.model_dump_json()))
     return True
