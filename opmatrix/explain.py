@@ -42,11 +42,11 @@ def trace(name: str, dtype: str = "float32", mode: str = "eager") -> Any:
     from opmatrix.probes.workloads.catalog import DTYPES, build
 
     wl = build(name, DTYPES[dtype])
-    decomp = None
+    decomp: Any = None
     if mode == "compile":
         from torch._decomp import core_aten_decompositions
 
-        decomp = core_aten_decompositions()
+        decomp = dict(core_aten_decompositions())  # a mapping of overload -> decomposition
 
     from torch.nn.utils.stateless import _reparametrize_module
 
