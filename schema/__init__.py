@@ -66,7 +66,7 @@ from .matrix import (
     RuntimeCheck,
     Samples,
 )
-from .names import CellKey, OpName
+from .names import CellKey, OpName, TaskId, UnitId
 from .workloads import WorkloadRecord, WorkloadRequirement, WorkloadResult, WorkloadStep
 
 __all__ = [
@@ -81,4 +81,6 @@ __all__ = [
     "WorkloadRecord", "WorkloadRequirement", "WorkloadResult", "WorkloadStep",
     "load_document", "load_matrix", "load_model", "loads_yaml", "matches", "model_to_data",
     "validate_data", "validate_file", "write_text_atomic",
+    "TaskId",
+    "UnitId",
 ]

@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 from .enums import PROCESS_FAULTS, DType, FaultOutcome, Layout, Mode
 
-__all__ = ["CellKey", "FaultOutcome", "OpName", "PROCESS_FAULTS"]
+__all__ = ["CellKey", "FaultOutcome", "OpName", "PROCESS_FAULTS", "TaskId", "UnitId"]
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -84,3 +84,49 @@ class CellKey(NamedTuple):
     rank: int
     layout: Layout
     mode: Mode
+
+
+class TaskId(NamedTuple):
+    """One operator probe task: an OpInfo at a dtype, ``softmax.with_dtype|float32`` in a journal
+    (the separator never occurs in OpInfo names or dtypes)."""
+
+    source: str
+    dtype: str
+
+    def __str__(self) -> str:
+        return f"{self.source}|{self.dtype}"
+
+    @classmethod
+    def parse(cls, text: str) -> TaskId:
+        source, sep, dtype = str(text).rpartition("|")
+        if not sep or not source or not dtype:
+            raise ValueError(f"task id {text!r}: expected source|dtype (softmax|float32)")
+        return cls(source, dtype)
+
+
+#: the steps a unit of an operator task runs, in order
+UNIT_STEPS = ("eager", "backward", "compile")
+
+
+class UnitId(NamedTuple):
+    """One unit of an operator task: a sample (``3``, or ``3.1`` for its first argument variant)
+    in a layout, at one step; ``3.1/transposed/eager`` on the progress board, in ``skip`` and in a
+    record's ``not_run``."""
+
+    sample: str
+    layout: Layout
+    step: str
+
+    def __str__(self) -> str:
+        return f"{self.sample}/{self.layout.value}/{self.step}"
+
+    @classmethod
+    def parse(cls, text: str) -> UnitId:
+        parts = str(text).split("/")
+        if len(parts) != 3 or parts[2] not in UNIT_STEPS or not parts[0]:
+            raise ValueError(f"unit id {text!r}: expected sample/layout/step with a step in {', '.join(UNIT_STEPS)}")
+        try:
+            layout = Layout(parts[1])
+        except ValueError:
+            raise ValueError(f"unit id {text!r}: unknown layout {parts[1]!r}") from None
+        return cls(parts[0], layout, parts[2])

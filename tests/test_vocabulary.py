@@ -153,3 +153,18 @@ def test_samples_are_reproducible_per_op_and_dtype():
     for a, b in zip(first, again, strict=True):
         assert torch.equal(a.input, b.input) and a.input.stride() == b.input.stride()
         assert all(torch.equal(x, y) for x, y in zip(a.args, b.args, strict=True)) and a.kwargs == b.kwargs
+
+
+def test_task_and_unit_ids_round_trip():
+    """Task and unit ids are typed once in schema: parse(str(x)) == x, and bad ones are refused."""
+    from opmatrix.schema import Layout, TaskId, UnitId
+
+    task = TaskId("softmax.with_dtype", "float32")
+    assert str(task) == "softmax.with_dtype|float32" and TaskId.parse(str(task)) == task
+    unit = UnitId("3.1", Layout.transposed, "backward")
+    assert str(unit) == "3.1/transposed/backward" and UnitId.parse(str(unit)) == unit
+    for bad in ("3/transposed", "3/sideways/eager", "3/transposed/forward"):
+        with pytest.raises(ValueError, match="unit id"):
+            UnitId.parse(bad)
+    with pytest.raises(ValueError, match="task id"):
+        TaskId.parse("softmax")

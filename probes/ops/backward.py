@@ -23,7 +23,7 @@ from .numerics import compare, tolerance_for
 from .source import OpEntry
 from .state import EngineState
 from .trace import CallTrace, Observed
-from .units import Unit, device_values, values_key
+from .units import Unit, device_values, unit_id, values_key
 from .values import call, identity, map_tensors, to_cpu
 
 __all__ = ["differentiable", "event_name", "probe_backward"]
@@ -113,7 +113,7 @@ def probe_backward(st: EngineState, fn: Callable[..., Any], unit: Unit, dtype: t
         references[key] = expected
     if expected is None:
         return None
-    unit_id = f"{unit.index}/{unit.layout.value}/backward"
+    uid = unit_id(unit, "backward")
     trace = CallTrace()
     try:
         with st.adapter.observe_fallback() as seen:
@@ -122,7 +122,7 @@ def probe_backward(st: EngineState, fn: Callable[..., Any], unit: Unit, dtype: t
                            None if st.adapter.is_host else trace, post=unit.post)
         st.adapter.synchronize()
     except Exception as exc:  # noqa: BLE001 - classified narrowly just below
-        fault = fault_from_exception(st, unit_id, exc)
+        fault = fault_from_exception(st, uid, exc)
         observed = trace.observed.state is FallbackState.observed or seen.state is FallbackState.observed
         path = ExecPath.fallback if observed else ExecPath.rejected if fault is None else ExecPath.unknown
         return Autograd(path=path, outcome=fault or (Outcome.error if observed else Outcome.ok))

@@ -22,7 +22,7 @@ from .faults import fault_from_exception
 from .judging import Reference, check_values
 from .source import OpEntry
 from .state import EngineState
-from .units import Unit, device_values
+from .units import Unit, device_values, unit_id
 from .values import error_info, root_cause
 
 __all__ = ["probe_compile"]
@@ -83,14 +83,14 @@ def probe_compile(st: EngineState, entry: OpEntry, unit: Unit, dtype: torch.dtyp
     _skip_funcname_scan(fn := entry.info.op)
     torch._dynamo.reset()
     compiled = torch.compile(lambda i, *a, **k: fn(i, *a, **k), backend=backend, dynamic=False)
-    unit_id = f"{unit.index}/{unit.layout.value}/compile"
+    uid = unit_id(unit, "compile")
     # no dispatch mode here (an active TorchDispatchMode makes dynamo run the frame eagerly):
     # compile once, then observe one execution of the compiled graph with the profiler
     first = run_device(st, compiled, device_values(unit, st.adapter.device()), False, profile=False)
     dc = first if first.error is not None else run_device(st, compiled, device_values(unit, st.adapter.device()), False)
     if dc.error is not None:
         root = root_cause(dc.error)
-        fault = fault_from_exception(st, unit_id, root)
+        fault = fault_from_exception(st, uid, root)
         result.error = error_info(root, unit.overload, st.adapter.device_type, str(dtype).removeprefix("torch."))
         result.outcome = fault or (Outcome.error if dc.fell_back else Outcome.ok)
         result.path = ExecPath.fallback if dc.fell_back else ExecPath.rejected if fault is None else fault_path(

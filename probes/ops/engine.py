@@ -35,7 +35,7 @@ from .faults import SkipPlan, fault_from_exception, fault_result
 from .judging import Reference, check_values, judge, post, reference
 from .source import OpEntry, generate_samples, values_undefined
 from .state import EngineState, InlineContext, ProbeOptions, engine_state
-from .units import Unit, device_values, units, values_key
+from .units import Unit, device_values, unit_id, units, values_key
 from .values import error_info, to_cpu, where
 
 __all__ = ["ProbeOptions", "handle", "probe_task", "task_id"]
@@ -86,7 +86,7 @@ def probe_eager(st: EngineState, entry: OpEntry, unit: Unit, dtype: torch.dtype,
     fn = entry.info.op
     result = SampleResult(op=unit.overload, rank=unit.rank, layout=unit.layout, mode=Mode.eager,
                           path=ExecPath.rejected, outcome=Outcome.ok, features=unit.features)
-    uid = f"{unit.index}/{unit.layout.value}/eager"
+    uid = unit_id(unit, "eager")
     # the leaf ops (a dispatch mode) only matter for composites; the call tree is always recorded
     record = not observe.registration(observe.qualified(unit.overload), st.adapter.dispatch_key).backend
     key = (unit.overload, dtype, unit.rank, unit.layout, tuple(sorted(unit.features.items())))
@@ -140,7 +140,7 @@ class _TaskRun:
 
     def unit(self, unit: Unit) -> None:
         """Probe one unit (eager, then compile when wanted), or record why it does not run."""
-        uid = f"{unit.index}/{unit.layout.value}/eager"
+        uid = unit_id(unit, "eager")
         if not self._admit(unit, uid, Mode.eager):
             return
         no_ref, own = None, None
@@ -170,7 +170,7 @@ class _TaskRun:
                 or self.autograd_budget.get(key, 0) >= self.opts.autograd_per_cell):
             return
         self.autograd_budget[key] = self.autograd_budget.get(key, 0) + 1
-        bid = f"{unit.index}/{unit.layout.value}/backward"
+        bid = unit_id(unit, "backward")
         decision = self.plan.decide(unit, bid)
         if decision == "not_run":
             return
@@ -209,7 +209,7 @@ class _TaskRun:
         if not want or self.compile_done.get(ckey):
             return
         self.compile_done[ckey] = True
-        cid = f"{unit.index}/{unit.layout.value}/compile"
+        cid = unit_id(unit, "compile")
         if not self._admit(unit, cid, Mode.compile):
             return
         self.progress(cid)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from opmatrix.schema import ErrorInfo, Outcome
+from opmatrix.schema import ErrorInfo, Outcome, UnitId
 
 from .cells import SampleResult
 from .classify import fault_path
@@ -81,7 +81,7 @@ class SkipPlan:
         """``"run"``, ``"not_run"`` (recorded here) or the unit's fault (a :class:`Skip`)."""
         self.pending.discard(uid)
         fault = self.skip.get(uid)
-        mode = uid.rsplit("/", 1)[-1]
+        mode = UnitId.parse(uid).step
         # eager faults depend on the input (roll dies on empty inputs only): that sample; a
         # backward or compile fault is the op's: that mode, for the rest of the task
         kind = (unit.index if mode == "eager" else "*", mode)

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from opmatrix.schema import TENSOR, Layout, features_of
+from opmatrix.schema import TENSOR, Layout, UnitId, features_of
 
 from . import observe
 from .layouts import primary_tensor, to_device, transform_sample
@@ -23,7 +23,7 @@ from .source import OpEntry
 from .state import EngineState, ProbeOptions
 from .values import call, identity, map_tensors
 
-__all__ = ["Unit", "device_values", "overload_of", "units", "values_key"]
+__all__ = ["Unit", "device_values", "overload_of", "unit_id", "units", "values_key"]
 
 
 def _named_features(overload: str, values: Any, rank: int) -> dict[str, str]:
@@ -57,6 +57,11 @@ class Unit:
     features: dict[str, str]
     post: Callable[[Any], Any] = identity  # the sample's output_process_fn_grad
     undefined: str | None = None  # why the values cannot be compared (OpInfo; dropout_p > 0)
+
+
+def unit_id(unit: Unit, step: str) -> str:
+    """The unit's id at ``step`` (eager, backward, compile), as the board and the runner name it."""
+    return str(UnitId(unit.index, unit.layout, step))
 
 
 def values_key(unit: Unit) -> tuple[str, bool]:

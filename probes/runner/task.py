@@ -135,7 +135,7 @@ def fault_record(task: Task, skip: Skip) -> BaseModel:
     :class:`TaskRecord` carrying the fault on the task (source and dtype from the payload, else
     from the ``source|dtype`` id).
     """
-    from opmatrix.schema import CheckResult, ErrorInfo, RuntimeCheck, RuntimeRecord, TaskRecord
+    from opmatrix.schema import CheckResult, ErrorInfo, RuntimeCheck, RuntimeRecord, TaskId, TaskRecord
 
     text = f"{skip.outcome}: {skip.message}".strip()
     if task.kind == "runtime":
@@ -150,7 +150,10 @@ def fault_record(task: Task, skip: Skip) -> BaseModel:
         from opmatrix.probes.workloads.handler import fault_result
 
         return fault_result(task, skip.outcome, text)
-    source, _, dtype = task.id.partition("|")
+    try:
+        source, dtype = TaskId.parse(task.id)
+    except ValueError:  # a task id of another shape: its payload names both
+        source, dtype = task.id, ""
     return TaskRecord(
         task=task.id,
         source=str(task.payload.get("source", source)),
