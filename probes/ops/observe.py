@@ -17,6 +17,7 @@ fallback.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Any
 
@@ -218,10 +219,7 @@ def top_level_overloads(fn: Any, values: Any) -> list[str]:
     0.3 ms a call); where that mode cannot be set, by a ``make_fx(pre_dispatch=True)`` trace,
     which sees the same ops through the same key at ~20 times the cost.
     """
-    try:
-        return _pre_dispatch_overloads(fn, values)
-    except Exception:  # noqa: BLE001 - the mode slot is taken, or the op refuses it: trace instead
-        return _make_fx_overloads(fn, values)
+    return _pre_dispatch_overloads(fn, values)
 
 
 def _clone_tensors(v: Any) -> Any:
@@ -255,12 +253,25 @@ def _pre_dispatch_recorder_class() -> type:
 
 
 def _pre_dispatch_overloads(fn: Any, values: Any) -> list[str]:
+    """The recorded top-level calls. A sample the op rejects (an unsupported dtype) still names
+    the overload it called before its kernel raised; a call that raised before any op is
+    re-raised. Where the mode cannot be set at all, a ``make_fx`` trace answers instead."""
     from torch._dispatch.python import enable_python_dispatcher
 
     inp, args, kwargs = _clone_tensors(values)
     recorder = _pre_dispatch_recorder_class()()
-    with enable_python_dispatcher(), recorder:
-        fn(inp, *args, **kwargs)
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(enable_python_dispatcher())
+            stack.enter_context(recorder)
+        except Exception:  # noqa: BLE001 - the PreDispatch slot is taken (e.g. inside a trace)
+            stack.close()
+            return _make_fx_overloads(fn, values)
+        try:
+            fn(inp, *args, **kwargs)
+        except Exception:
+            if not recorder.calls:
+                raise
     return list(recorder.calls)
 
 
