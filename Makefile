@@ -5,7 +5,7 @@ OPM := $(VENV)/bin/opmatrix
 STAMP := $(VENV)/.installed
 OUT ?= out
 
-.PHONY: setup demo test test-fast test-xla lint bench clean browser-deps
+.PHONY: setup demo test test-fast test-xla test-compat lint bench clean browser-deps
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -79,6 +79,18 @@ $(XLA_HOME)/.installed:
 
 test-xla: .venv-xla.stamp
 	PJRT_DEVICE=CPU $(XLA_PY) -m pytest -q $(XLA_TESTS)
+
+# Level 7 on two torch versions: the same op set probed under torch $(XLA_TORCH) (the environment
+# test-xla caches) and this clone's torch, with the install, doctor and profiler checks of each; the
+# gate must then find the compatibility window of ci/contracts/cpu-compat.yaml kept (L7.compat
+# passes; its level 6 needs performance records and stays unknown here, and the gate says so).
+COMPAT_OUT ?= $(OUT)/ci-compat
+test-compat: setup .venv-xla.stamp
+	$(OPM) compat --backend cpu --torch $(XLA_TORCH),$$($(PY) -c "import torch; print(torch.__version__.split('+')[0])") \
+	  --ops add,mul,mm,softmax --out $(COMPAT_OUT)
+	-$(OPM) gate --contract ci/contracts/cpu-compat.yaml --compat $(COMPAT_OUT)/compat.yaml --json $(COMPAT_OUT)/gate.json
+	$(PY) -c "import json, sys; r = {q['id']: q['status'] for q in json.load(open(sys.argv[1]))['requirements']}; \
+	  print('level 7 (L7.compat):', r.get('L7.compat')); sys.exit(0 if r.get('L7.compat') == 'pass' else 1)" $(COMPAT_OUT)/gate.json
 
 lint: setup
 	$(VENV)/bin/ruff check opmatrix schema backend probes matrix reports ci tests bench
