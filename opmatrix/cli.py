@@ -106,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("matrix", metavar="MATRIX")
     p.add_argument("--baseline", metavar="MATRIX", help="previous release's matrix (adds a diff page)")
     p.add_argument("--gate", metavar="RESULT.json", help="gate result to show on the index")
+    p.add_argument("--compat", metavar="FILE", help="level 7: an opmatrix compat report (adds a compatibility page)")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--force", action="store_true", help="write into a non-empty --out that opmatrix did not make")
 

@@ -27,6 +27,7 @@ from opmatrix.schema import ExecPath, Matrix
 from opmatrix.schema.conditions import describe
 
 from .chart import coverage_chart
+from .compat import CompatView
 from .diff import DiffView, diff_view
 from .files import SiteFiles
 from .gate import GateView
@@ -101,6 +102,7 @@ def render_site(
     *,
     baseline: Matrix | None = None,
     gate: GateView | None = None,
+    compat: CompatView | None = None,
     command: str = "",
     source: str = "",
 ) -> SiteResult:
@@ -126,6 +128,7 @@ def render_site(
         "identity": _identity(matrix),
         "has_diff": diff is not None,
         "has_workloads": bool(matrix.workloads),
+        "has_compat": compat is not None,
     }
 
     for name in sorted(os.listdir(STATIC)):
@@ -165,6 +168,8 @@ def render_site(
 
     if matrix.workloads:
         files.add("workloads.html", env.get_template("workloads.html").render(**common, root="", page="workloads"))
+    if compat is not None:
+        files.add("compat.html", env.get_template("compat.html").render(**common, root="", page="compat", compat=compat))
     if diff is not None and baseline is not None:
         html = env.get_template("diff.html").render(
             **common, root="", page="diff", diff=diff, baseline=baseline, links=links, ops_dir=OPS_DIR

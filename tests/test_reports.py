@@ -288,3 +288,37 @@ def test_grid_square_shows_the_majority_path_and_the_others(example_matrix_path:
     (row,) = grid_rows(m2, [DType.float32], {"aten.softmax.int": "p.html"})
     assert row.cells[0].primary is ExecPath.fallback and row.cells[0].fallback
     assert "(compile mode only)" in row.cells[0].title
+
+
+def _compat_report(backend: str) -> dict:
+    def run(torch: str, mm: str) -> dict:
+        return {"torch": torch, "python": "3.11.7", "environment": f"/envs/torch{torch}/bin/python",
+                "checks": [{"name": "install", "ok": True, "seconds": 3.2, "detail": "import ok"},
+                           {"name": "doctor", "ok": True, "seconds": 9.0, "detail": "clean"}],
+                "cells": {"aten.add.Tensor float32 rank 2": "native/ok", "aten.mm.default float32 rank 2": mm}}
+    return {"schema_version": 1, "kind": "compat-report", "backend": backend, "ops": ["add", "mm"],
+            "measured_at": "2026-11-30T23:00:00+00:00",
+            "runs": [run("2.13.0", "fallback/ok"), run("2.9.0", "native/ok")]}
+
+
+def test_compat_page_lists_the_window_and_what_changed(tmp_path: Path):
+    """--compat adds a page: every version's checks, oldest first, and the cells that changed."""
+    import yaml
+
+    from opmatrix.schema import dump_model
+
+    matrix_path, report_path = tmp_path / "m.yaml", tmp_path / "compat.yaml"
+    dump_model(synthetic_matrix(n_ops=4, seed=1), matrix_path)
+    report_path.write_text(yaml.safe_dump(_compat_report("synthetic")))
+    res = run_cli("report", str(matrix_path), "--compat", str(report_path), "--out", str(tmp_path / "site"))
+    assert res.returncode == 0, res.stderr
+    page = (tmp_path / "site" / "compat.html").read_text()
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", page))
+    assert text.index("2.9.0") < text.index("2.13.0")  # oldest first
+    assert "torch 2.9.0 → 2.13.0" in text or "torch 2.9.0 &rarr; 2.13.0" in page
+    assert "aten.mm.default float32 rank 2 native/ok fallback/ok" in text and "1 unchanged" in text
+    assert 'href="compat.html"' in (tmp_path / "site" / "index.html").read_text()
+    report_path.write_text(yaml.safe_dump(_compat_report("cpu")))  # another backend's report: refused
+    res = run_cli("report", str(matrix_path), "--compat", str(report_path), "--out", str(tmp_path / "site2"))
+    assert res.returncode == 2 and "compat report for backend 'cpu'" in res.stderr
+    assert not (tmp_path / "site2").exists()
