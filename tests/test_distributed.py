@@ -35,7 +35,7 @@ TODAY = dt.date(2026, 1, 1)
 def _ids() -> list[str]:
     from opmatrix.ci.distributed import required_case_ids
 
-    req = load_contract(CONTRACTS / "refaccel-g2-distributed.yaml").requirements[0].distributed
+    req = load_contract(CONTRACTS / "scaleout-refaccel-g2.yaml").requirements[0].distributed
     assert req is not None
     return [cid for cid, _ in required_case_ids(req)]
 
@@ -106,7 +106,7 @@ class TestGate:
     def test_g2_contract_passes_on_a_complete_section(self) -> None:
         """Every required case ok (host-staged) -> the level-5 add-on contract passes."""
         cases = [_case(cid, path="fallback") for cid in _ids()]
-        result = evaluate_contract(_matrix(cases), load_contract(CONTRACTS / "refaccel-g2-distributed.yaml"), today=TODAY)
+        result = evaluate_contract(_matrix(cases), load_contract(CONTRACTS / "scaleout-refaccel-g2.yaml"), today=TODAY)
         assert result.verdict.value == "pass", result.blocking
 
     def test_gap_is_named_in_the_blocking_lines(self) -> None:
@@ -114,14 +114,14 @@ class TestGate:
         err = "RuntimeError: refaccel c10d (g1) does not support all_reduce for torch.bfloat16"
         cases = [_case(cid, "unsupported", error=err) if cid.startswith("all_reduce.sum.bfloat16") else _case(cid)
                  for cid in _ids()]
-        result = evaluate_contract(_matrix(cases, "g1"), load_contract(CONTRACTS / "refaccel-g1-distributed.yaml"),
+        result = evaluate_contract(_matrix(cases, "g1"), load_contract(CONTRACTS / "scaleout-refaccel-g1.yaml"),
                                    today=TODAY)
         assert result.verdict.value == "blocked"
         assert any("all_reduce.sum.bfloat16.sync.w2" in line and "does not support" in line for line in result.blocking)
 
     def test_slow_failure_detection_and_missing_section_block(self) -> None:
         """A killed rank noticed after the limit fails; a matrix without the section is unknown and blocks."""
-        contract = load_contract(CONTRACTS / "refaccel-g2-distributed.yaml")
+        contract = load_contract(CONTRACTS / "scaleout-refaccel-g2.yaml")
         cases = [_case(cid, detect_seconds=30.0) if cid.startswith("failure.rank_killed") else _case(cid)
                  for cid in _ids()]
         slow = evaluate_contract(_matrix(cases), contract, today=TODAY)
@@ -133,7 +133,7 @@ class TestGate:
 
     def test_baseline_regression_blocks(self) -> None:
         """A case that passed in the baseline and is unsupported now blocks, named in the gate output."""
-        contract = load_contract(CONTRACTS / "refaccel-g2-distributed.yaml")
+        contract = load_contract(CONTRACTS / "scaleout-refaccel-g2.yaml")
         before = _matrix([_case(cid) for cid in _ids()] + [_case("all_reduce.avg.float32.sync.w2")])
         after = _matrix([_case(cid) for cid in _ids()] + [_case("all_reduce.avg.float32.sync.w2", "unsupported")])
         result = evaluate_contract(after, contract, baseline=before, today=TODAY)
@@ -264,7 +264,7 @@ def test_refaccel_g1_blocked_g2_passes(tmp_path: Path) -> None:
     for gen in ("g2", "g1"):
         section = run_suite("refaccel", gen, tmp_path / gen, world_sizes=(2,), progress=False)
         m = _matrix(list(section.cases), gen)
-        result = evaluate_contract(m, load_contract(CONTRACTS / f"refaccel-{gen}-distributed.yaml"), today=TODAY)
+        result = evaluate_contract(m, load_contract(CONTRACTS / f"scaleout-refaccel-{gen}.yaml"), today=TODAY)
         ddp = section.case("ddp.mlp.float32.w2")
         assert ddp is not None and ddp.outcome is DistOutcome.ok and ddp.path.value == "fallback"
         assert (ddp.evidence.get("host_staged_bytes") or 0) > 0
