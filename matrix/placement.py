@@ -40,6 +40,7 @@ class NodePlacement:
     path: str
     detail: str
     module: str = ""
+    flops: int = 0  # floating-point operations per call (torch.utils.flop_counter's formulas)
 
 
 @dataclass
@@ -67,10 +68,21 @@ class Placement:
         """Distinct ops the matrix never probed for these cells."""
         return sorted({n.op for n in self.nodes if n.where == "unknown"})
 
+    def flop_shares(self) -> dict[str, float]:
+        """Share of the graph's FLOPs per placement (empty when no node has a FLOP formula)."""
+        total = sum(n.flops for n in self.nodes)
+        if not total:
+            return {}
+        by: Counter[str] = Counter()
+        for n in self.nodes:
+            by[n.where] += n.flops
+        return {w: f / total for w, f in by.items()}
+
     def to_json(self) -> dict[str, Any]:
         """A JSON-able dict of the whole report."""
         data = asdict(self)
-        data.update(counts=self.counts(), host_ops=self.host_ops(), unknown_ops=self.unknown_ops())
+        data.update(counts=self.counts(), host_ops=self.host_ops(), unknown_ops=self.unknown_ops(),
+                    flops=sum(n.flops for n in self.nodes), flop_shares=self.flop_shares())
         return data
 
     def text(self) -> str:
@@ -80,6 +92,11 @@ class Placement:
                  f"{100 * c.get('device', 0) / total:.0f}% on the device, {c.get('host', 0)} on the host, "
                  f"{c.get('rejected', 0)} rejected, {c.get('unknown', 0)} unknown; "
                  f"{self.segments} device segment(s), {self.transfers} host<->device transfer(s) per call"]
+        shares = self.flop_shares()
+        if shares:
+            total = sum(n.flops for n in self.nodes)
+            lines.append(f"  FLOPs (matmul, convolution, attention: what torch.utils.flop_counter counts): {total:,} per call; " + ", ".join(
+                f"{100 * shares.get(w, 0.0):.1f}% {w}" for w in ("device", "host", "rejected", "unknown") if w in shares))
         for n in self.nodes:
             if n.where in ("host", "rejected"):
                 at = f" in {n.module}" if n.module else ""
@@ -157,6 +174,30 @@ def _transfers(gm: torch.fx.GraphModule, where: dict[str, str]) -> int:
     return len(crossings)
 
 
+def _node_flops(node: torch.fx.Node) -> int:
+    """FLOPs of one call of ``node``, from its fake-tensor metadata: the op runs once under its fake
+    mode with ``FlopCounterMode``, so a composite counts the FLOPs of what it decomposes into. 0 when
+    the node has no fake values (or no op of it has a FLOP formula)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch.utils.flop_counter import FlopCounterMode
+
+    def val(a: Any) -> Any:
+        return a.meta.get("val") if isinstance(a, torch.fx.Node) else a
+
+    args = torch.fx.node.map_aggregate(node.args, val)
+    kwargs = torch.fx.node.map_aggregate(node.kwargs, val)
+    fakes = [v for v in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(v, FakeTensor)]
+    if not fakes:
+        return 0
+    counter = FlopCounterMode(display=False)
+    try:
+        with fakes[0].fake_mode, counter:
+            node.target(*args, **kwargs)  # type: ignore[operator]
+    except Exception:  # noqa: BLE001 - an op fake tensors cannot run: no FLOP figure for it
+        return 0
+    return int(counter.get_total_flops())
+
+
 def place(gm: torch.fx.GraphModule, matrix: Matrix, *, workload: str = "model", dtype: str = "float32",
           mode: str = "eager") -> Placement:
     """Answer every ATen node of ``gm`` from ``matrix`` and group the device nodes into segments."""
@@ -180,7 +221,7 @@ def place(gm: torch.fx.GraphModule, matrix: Matrix, *, workload: str = "model", 
         stack = node.meta.get("nn_module_stack") or {}
         module = list(stack.values())[-1][0] if stack else ""
         report.nodes.append(NodePlacement(node=node.name, op=str(node.target), where=w,
-                                          path=path, detail=detail, module=str(module)))
+                                          path=path, detail=detail, module=str(module), flops=_node_flops(node)))
     report.transfers = _transfers(gm, where)
     parts = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True).propose_partitions()
     report.segments = len(parts)

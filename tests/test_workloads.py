@@ -129,6 +129,12 @@ def test_explain_traces_a_catalog_workload_without_a_device(tmp_path):
     assert report.transfers >= 2 and report.segments >= 2
     assert "aten.layer_norm.default" in report.unknown_ops()  # never probed: said, not guessed
     assert report.comparison is None  # the matrix holds no run of mlp
+    # FLOPs per node from the fake tensors: the linears carry them all (2 x batch x in x out each)
+    linears = [n for n in report.nodes if n.op == "aten.linear.default"]
+    assert linears and all(n.flops > 0 and n.flops % 2 == 0 for n in linears)
+    assert sum(n.flops for n in linears) == sum(n.flops for n in report.nodes)
+    assert report.flop_shares() == {"device": 1.0, "host": 0.0, "unknown": 0.0}
+    assert "100.0% device" in report.text() and report.to_json()["flops"] == sum(n.flops for n in linears)
 
 
 def test_suites_default_aliases_and_errors():
