@@ -76,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compile", choices=["off", "auto", "all"], default="auto",
                    help="compile-mode probes: auto = cells unavailable in eager, plus compiled == eager for one "
                    "sample per op at float32; all = that check at every dtype (default auto)")
+    p.add_argument("--compile-backend", metavar="NAME",
+                   help="torch.compile backend for compile-mode probes and workloads (default: the adapter's, e.g. "
+                   "aot_eager for cpu; inductor generates and builds C++ kernels, tens of seconds a graph here)")
     p.add_argument("--max-restarts", type=int, help="abort after this many worker replacements")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--force", action="store_true", help="write into a non-empty --out that opmatrix did not make")

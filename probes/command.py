@@ -204,6 +204,8 @@ def _op_tasks(args: argparse.Namespace, dtypes: list[str], layouts: list[str] | 
     except UnknownOp as exc:
         raise _usage(str(exc)) from None
     options: dict[str, Any] = {"compile": "off" if args.no_compile else args.compile}
+    if getattr(args, "compile_backend", None):
+        options["compile_backend"] = args.compile_backend
     if layouts:
         options["layouts"] = layouts
     names = [e.full_name for e in entries]
@@ -234,7 +236,8 @@ def plan_probe(args: argparse.Namespace) -> ProbePlan:
         ops=names, dtypes=dtypes if "ops" in suites else [], layouts=layouts,
         runtime="only" if suites == {"runtime"} else "on" if "runtime" in suites else "off",
         options={**{k: v for k, v in options.items() if not isinstance(v, list)}, "suites": ",".join(sorted(suites)),
-                 "workloads": ",".join(t.id for t in tasks if t.kind == "workload")},
+                 "workloads": ",".join(t.id for t in tasks if t.kind == "workload"),
+                 **({"compile_backend": args.compile_backend} if getattr(args, "compile_backend", None) else {})},
         shard=args.shard or None, op_source_hash=source.hash if source else "",
     )
     return ProbePlan(

@@ -106,6 +106,22 @@ def test_probe_runs_a_workload_on_the_cpu_backend_in_the_isolated_runner(tmp_pat
         "to_device", "inference", "training", "state_dict"}
 
 
+@pytest.mark.slow
+def test_cpu_workload_compiles_with_inductor(tmp_path):
+    """--compile-backend replaces the adapter's (aot_eager on cpu): inductor's own kernels, compiled
+    == eager, and the record says which backend ran."""
+    from opmatrix.cli import main
+    from opmatrix.schema import load_matrix
+
+    rc = main(["probe", "--backend", "cpu", "--suites", "workloads", "--workloads", "mlp", "--workload-dtypes", "float32",
+               "--workload-modes", "compile", "--compile-backend", "inductor", "--out", str(tmp_path), "--quiet",
+               "--workers", "1"])
+    assert rc == 0
+    [run] = load_matrix(tmp_path / "matrix.yaml").workloads
+    assert run.outcome.value == "ok" and run.compile is not None and run.compile.backend == "inductor"
+    assert run.compile.speedup is not None and run.compile.compile_seconds > 0
+
+
 def tiny_factory():
     """A user workload: (model, inputs) without a loss function."""
     return torch.nn.Linear(4, 2), (torch.randn(3, 4),)

@@ -70,9 +70,10 @@ def _skip_funcname_scan(fn: Any) -> None:
 
 
 def probe_compile(st: EngineState, entry: OpEntry, unit: Unit, dtype: torch.dtype, ref: Reference,
-                  eager: SampleResult) -> SampleResult:
-    """Compile the op for the unit's values, run it once observed, and judge it."""
-    backend = st.adapter.compile_backend()
+                  eager: SampleResult, backend: str | None = None) -> SampleResult:
+    """Compile the op for the unit's values (with ``backend``, else the adapter's), run it once
+    observed, and judge it."""
+    backend = backend or st.adapter.compile_backend()
     result = _result(unit)
     if backend is None:
         result.note = "backend has no torch.compile backend"

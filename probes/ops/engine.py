@@ -213,7 +213,8 @@ class _TaskRun:
         if not self._admit(unit, cid, Mode.compile):
             return
         self.progress(cid)
-        self.results.append(probe_compile(self.st, self.entry, unit, self.dtype, ref, eager))
+        self.results.append(probe_compile(self.st, self.entry, unit, self.dtype, ref, eager,
+                                          backend=self.opts.compile_backend))
 
     def record(self, tid: str, source: str, started: float) -> TaskRecord:
         """The task's journal record: cells, the worst fault, the units not run."""

@@ -32,6 +32,8 @@ class ProbeOptions:
     max_samples: int | None = None
     autograd_per_cell: int = 2
     retry_wrong: bool = True
+    #: the torch.compile backend of compile-mode cells (None: the adapter's)
+    compile_backend: str | None = None
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> ProbeOptions:

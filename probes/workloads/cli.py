@@ -66,7 +66,7 @@ def workload_tasks(args: argparse.Namespace) -> list[Any]:
         raise _usage(str(exc)) from None
     dtypes = _checked(getattr(args, "workload_dtypes", None), _DTYPES, "--workload-dtypes")
     modes = _checked(getattr(args, "workload_modes", None), _MODES, "--workload-modes")
-    return plan_workload_tasks(names, dtypes, modes)
+    return plan_workload_tasks(names, dtypes, modes, compile_backend=getattr(args, "compile_backend", None))
 
 
 def summary_lines(results: list[Any]) -> list[str]:

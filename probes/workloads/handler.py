@@ -33,8 +33,11 @@ def task_id(name: str, dtype: str, mode: str) -> str:
     return f"workload:{name}|{dtype}|{mode}"
 
 
-def plan_workload_tasks(names: list[str], dtypes: list[str], modes: list[str], seed: int = 0) -> list[Any]:
-    """One ``workload`` task per name x dtype x mode, in a stable order (after the op tasks)."""
+def plan_workload_tasks(names: list[str], dtypes: list[str], modes: list[str], seed: int = 0,
+                        compile_backend: str | None = None) -> list[Any]:
+    """One ``workload`` task per name x dtype x mode, in a stable order (after the op tasks);
+    ``compile_backend`` replaces the adapter's for compile mode (part of the payload, so of the
+    evidence key: a run with another backend never reuses these records)."""
     from opmatrix.probes.runner import Task
 
     tasks = []
@@ -42,7 +45,8 @@ def plan_workload_tasks(names: list[str], dtypes: list[str], modes: list[str], s
         for dtype in dtypes:
             for mode in modes:
                 tasks.append(Task(id=task_id(name, dtype, mode), kind="workload", order=1_000_000 + len(tasks),
-                                  payload={"workload": name, "dtype": dtype, "mode": mode, "seed": seed}))
+                                  payload={"workload": name, "dtype": dtype, "mode": mode, "seed": seed,
+                                           **({"compile_backend": compile_backend} if compile_backend else {})}))
     return tasks
 
 
@@ -124,7 +128,7 @@ def handle(ctx: Any, task: Any, progress: Callable[[str], None], skip: Mapping[s
     run = steps.Run(adapter=ctx.adapter, workload=wl, device=ctx.adapter.device(), plain=p["mode"] == "compile")
     backend = None
     if p["mode"] == "compile":
-        backend = ctx.adapter.compile_backend()
+        backend = p.get("compile_backend") or ctx.adapter.compile_backend()
         if backend is None:
             return WorkloadRecord(task=task.id, result=_result(task, Outcome.ok, inputs=wl.input_desc,
                                   error="the backend has no torch.compile backend"))
