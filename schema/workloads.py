@@ -1,8 +1,8 @@
 """Levels 3 and 4: workload runs in the matrix, and what a contract requires of them.
 
 One :class:`WorkloadResult` per workload x dtype x mode: each step (``to_device``, ``inference``,
-``training``, ``state_dict``; in compile mode also ``dynamic_shapes``, ``mutation``,
-``custom_op``) with its outcome and evidence, the host fallback observed, memory and timings::
+``training``, ``state_dict``; in compile mode ``to_device``, ``inference``, ``dynamic_shapes``,
+``mutation``, ``custom_op`` and a compiled ``training`` step) with its outcome and evidence, the host fallback observed, memory and timings::
 
     workloads:
     - workload: tinygpt
@@ -32,7 +32,9 @@ __all__ = ["WorkloadStep", "StepResult", "HostFallback", "CompileStats", "Worklo
 
 
 class WorkloadStep(str, enum.Enum):
-    """The steps a workload run takes (the last three in compile mode only)."""
+    """The steps a workload run takes: eager mode runs to_device, inference, training and
+    state_dict; compile mode to_device, inference, the last three, and training with the model
+    compiled."""
 
     to_device = "to_device"
     inference = "inference"

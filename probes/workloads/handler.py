@@ -25,7 +25,8 @@ __all__ = ["plan_workload_tasks", "handle", "fault_result", "task_id"]
 
 _EAGER = (WorkloadStep.to_device, WorkloadStep.inference, WorkloadStep.training, WorkloadStep.state_dict)
 _COMPILE = (WorkloadStep.to_device, WorkloadStep.inference, WorkloadStep.dynamic_shapes, WorkloadStep.mutation,
-            WorkloadStep.custom_op)
+            WorkloadStep.custom_op, WorkloadStep.training)  # compiled training last: its compile leaves the
+#                                                             inference figures (graphs, recompiles) as they were
 
 
 def task_id(name: str, dtype: str, mode: str) -> str:
@@ -66,7 +67,7 @@ def _step_fn(step: WorkloadStep, run: steps.Run, backend: Any, stats: dict[str, 
     if step is WorkloadStep.to_device:
         return lambda: steps.move(run)
     if step is WorkloadStep.training:
-        return lambda: steps.training(run)
+        return lambda: steps.training(run, backend)
     if step is WorkloadStep.state_dict:
         return lambda: steps.state_dict_round_trip(run)
     if step is WorkloadStep.inference:

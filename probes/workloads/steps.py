@@ -135,12 +135,16 @@ def _outs(out: Any) -> list[torch.Tensor]:
     return [out] if isinstance(out, torch.Tensor) else [t for t in out if isinstance(t, torch.Tensor)]
 
 
-def training(run: Run) -> StepResult:
-    """One training step on the device (loss, gradients, optimizer update) vs the same step on the CPU."""
+def training(run: Run, backend: Any = None) -> StepResult:
+    """One training step on the device (loss, gradients, optimizer update) vs the same step on the
+    CPU; with ``backend`` (compile mode) the model is compiled with it, so the forward and the
+    backward both run as compiled graphs."""
     wl = run.workload
     # a fresh device copy from the CPU model (deepcopy of a device module copies device storages,
     # which crashes refaccel on BatchNorm's int64 counter: a runtime bug this path does not hide elsewhere)
     model = copy.deepcopy(wl.model).to(run.device)
+    if backend is not None:
+        model = torch.compile(model, backend=backend)
     start = time.perf_counter()
     got = observe(run, lambda: _train_once(wl, model, run.inputs))
     run.adapter.synchronize()
@@ -148,8 +152,9 @@ def training(run: Run) -> StepResult:
     want = _train_once(wl, copy.deepcopy(wl.model), wl.inputs)
     ok, err, scale, why = compare(got, want, wl.rtol * 10, wl.atol * 10)
     return StepResult(result=CheckResult.passed if ok else CheckResult.failed, outcome=Outcome.ok if ok else Outcome.wrong,
-                      evidence=(why + " (loss, grads, updated parameters)") if why else
-                      "loss, gradients and updated parameters match the CPU step",
+                      evidence=((why + " (loss, grads, updated parameters)") if why else
+                                "loss, gradients and updated parameters match the CPU step")
+                      + (f"; forward and backward compiled with {backend}" if backend is not None else ""),
                       seconds=round(seconds, 4), max_abs_error=err, ref_max_abs=scale, rtol=wl.rtol * 10, atol=wl.atol * 10)
 
 
