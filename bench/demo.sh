@@ -15,9 +15,13 @@ SECONDS=0
 mkdir -p "$OUT"
 echo "== validate the example artifacts"
 "$OPM" validate schema/examples/*.yaml
+# the workload catalog (levels 3/4) too, unless DEMO_WORKLOADS=none
+WORKLOADS=${DEMO_WORKLOADS:-all}
+SUITES=runtime,ops$([ "$WORKLOADS" = none ] || echo ,workloads)
 for gen in g1 g2; do
-  echo "== probe refaccel $gen ($OPS x $DTYPES)"
-  "$OPM" probe --backend refaccel --generation "$gen" --ops "$OPS" --dtypes "$DTYPES" --out "$OUT/refaccel-$gen" --quiet
+  echo "== probe refaccel $gen ($OPS x $DTYPES; workloads: $WORKLOADS)"
+  "$OPM" probe --backend refaccel --generation "$gen" --ops "$OPS" --dtypes "$DTYPES" --suites "$SUITES" \
+    $([ "$WORKLOADS" = none ] || echo --workloads "$WORKLOADS") --out "$OUT/refaccel-$gen" --quiet
 done
 echo
 echo "== KEY FINDINGS (from the matrices)"
@@ -33,6 +37,20 @@ for gen in g1 g2; do
   case $rc in 0) verdict="PASS";; 1) verdict="BLOCKED";; *) echo "gate failed with exit $rc"; exit "$rc";; esac
   echo "-> refaccel $gen: $verdict (exit $rc)"
 done
+if [ "$WORKLOADS" != none ]; then
+  for gen in g1 g2; do
+    echo
+    echo "== workloads gate (levels 3/4), refaccel $gen: blocking lines (complete list in $OUT/refaccel-$gen/gate-workloads.md)"
+    set +e
+    "$OPM" gate --matrix "$OUT/refaccel-$gen/matrix.yaml" --contract "ci/contracts/workloads-refaccel-$gen.yaml" \
+      --summary "$OUT/refaccel-$gen/gate-workloads.md" > "$OUT/refaccel-$gen/gate-workloads.txt"
+    rc=$?
+    set -e
+    grep -E "^(opmatrix gate|  (fail|unknown) +L[34])" "$OUT/refaccel-$gen/gate-workloads.txt" || true
+    case $rc in 0) verdict="PASS";; 1) verdict="BLOCKED";; *) echo "gate failed with exit $rc"; exit "$rc";; esac
+    echo "-> refaccel $gen workloads: $verdict (exit $rc)"
+  done
+fi
 echo
 echo "== coverage of refaccel g2 (cells per path and dtype)"
 "$PY" -c "import sys; from opmatrix.schema import load_matrix; from opmatrix.matrix.frame import coverage_text; print(coverage_text(load_matrix(sys.argv[1])))" "$OUT/refaccel-g2/matrix.yaml"
