@@ -114,25 +114,33 @@ def _bench(out: Path, *extra: str, env_backend: str = "cpu") -> None:
 
 @pytest.mark.slow
 def test_bench_rerun_passes_and_an_injected_30_percent_slowdown_blocks(tmp_path: Path):
-    """Real cpu measurements: identical re-run gated against the first passes; --slowdown 1.3 blocks."""
-    for name, extra in (("a", ()), ("b", ()), ("slow", ("--slowdown", "1.3"))):
-        _bench(tmp_path / name, "--workloads", "mlp", *extra)
-    record = (tmp_path / "a" / "workload.mlp.eager.float32.yaml").read_text().lower()
-    assert [w for w in SEED_FIELDS if w not in record] == []
-    timing = yaml.safe_load(record)["timing"]
-    assert (timing["repetitions"], timing["runs"], len(timing["samples_s"])) == (11, 4, 44)
+    """Real cpu measurements: identical re-run gated against the first passes; --slowdown 1.3 blocks.
+
+    Both must hold on one set of three measurements. A runner shared with other jobs can slow one
+    measurement by 40% (seen in CI while a demo ran beside it), so a set that fails either check
+    is measured once more before the test fails; the second set is judged just as strictly."""
     example = yaml.safe_load((ROOT / "ci" / "contracts" / "cpu-perf.yaml").read_text())
     example["requirements"][0]["perf"]["records"] = ["workload.*"]  # the example's threshold, this test's record
     contract = tmp_path / "contract.yaml"
     contract.write_text(yaml.safe_dump(example))
-    same = run_cli("gate", "--contract", str(contract), "--records", str(tmp_path / "b"),
-                   "--baseline-records", str(tmp_path / "a"))
+    for attempt in ("1", "2"):
+        root = tmp_path / attempt
+        for name, extra in (("a", ()), ("b", ()), ("slow", ("--slowdown", "1.3"))):
+            _bench(root / name, "--workloads", "mlp", *extra)
+        same = run_cli("gate", "--contract", str(contract), "--records", str(root / "b"),
+                       "--baseline-records", str(root / "a"))
+        slow = run_cli("gate", "--contract", str(contract), "--records", str(root / "slow"),
+                       "--baseline-records", str(root / "a"), "--junit", str(root / "j.xml"))
+        if same.returncode == 0 and slow.returncode == 1:
+            break
+    record = (root / "a" / "workload.mlp.eager.float32.yaml").read_text().lower()
+    assert [w for w in SEED_FIELDS if w not in record] == []
+    timing = yaml.safe_load(record)["timing"]
+    assert (timing["repetitions"], timing["runs"], len(timing["samples_s"])) == (11, 4, 44)
     assert same.returncode == 0, same.stdout
-    slow = run_cli("gate", "--contract", str(contract), "--records", str(tmp_path / "slow"),
-                   "--baseline-records", str(tmp_path / "a"), "--junit", str(tmp_path / "j.xml"))
     assert slow.returncode == 1, slow.stdout
     assert "perf:workload.mlp.eager.float32" in slow.stdout and "CI [" in slow.stdout
-    assert "regression" in (tmp_path / "j.xml").read_text()
+    assert "regression" in (root / "j.xml").read_text()
 
 
 @pytest.mark.slow
