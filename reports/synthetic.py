@@ -163,4 +163,6 @@ def synthetic_matrix(
         ),
         operators=ops,
         skipped={f"{next(iter(ops))}|complex32": "no OpInfo sample for this dtype" + (HOSTILE if hostile else "")},
+        not_run={f"{next(iter(ops))}|float32 3/transposed/eager":
+                 "not run: sample 3 crashed the worker in unit 3/contiguous/eager" + (HOSTILE if hostile else "")},
     )

@@ -322,3 +322,10 @@ def test_compat_page_lists_the_window_and_what_changed(tmp_path: Path):
     res = run_cli("report", str(matrix_path), "--compat", str(report_path), "--out", str(tmp_path / "site2"))
     assert res.returncode == 2 and "compat report for backend 'cpu'" in res.stderr
     assert not (tmp_path / "site2").exists()
+
+
+def test_units_not_run_are_listed_with_their_reason(site: Path, hostile_matrix: Matrix):
+    """Units an earlier fault ruled out are not cells, and the index says how many and why."""
+    index = (site / "index.html").read_text()
+    assert hostile_matrix.not_run and f'<b id="n-not-run">{len(hostile_matrix.not_run)}</b>' in index
+    assert 'id="not-run"' in index and "crashed the worker in unit 3/contiguous/eager" in index
