@@ -16,6 +16,7 @@ A unit that is not run is not a cell: it is listed in ``TaskRecord.not_run`` wit
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -67,6 +68,11 @@ def fault_result(st: EngineState, unit: Unit, mode: Any, fault: Any) -> SampleRe
                                         signal=fault.signal))
 
 
+@functools.lru_cache(maxsize=65536)
+def _step_of(uid: str) -> str:
+    return UnitId.parse(uid).step
+
+
 class SkipPlan:
     """Which units of a task run, fault, or are not run, from the runner's ``skip``/``skip_rest``."""
 
@@ -81,7 +87,7 @@ class SkipPlan:
         """``"run"``, ``"not_run"`` (recorded here) or the unit's fault (a :class:`Skip`)."""
         self.pending.discard(uid)
         fault = self.skip.get(uid)
-        mode = UnitId.parse(uid).step
+        mode = _step_of(uid)
         # eager faults depend on the input (roll dies on empty inputs only): that sample; a
         # backward or compile fault is the op's: that mode, for the rest of the task
         kind = (unit.index if mode == "eager" else "*", mode)

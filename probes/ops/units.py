@@ -9,6 +9,7 @@ signature: kinds, ranks and dtypes) and the argument features its cell may be co
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -26,15 +27,21 @@ from .values import call, identity, map_tensors
 __all__ = ["Unit", "device_values", "overload_of", "unit_id", "units", "values_key"]
 
 
-def _named_features(overload: str, values: Any, rank: int) -> dict[str, str]:
-    inp, args, kwargs = values
-    named: dict[str, Any] = {}
+@functools.lru_cache(maxsize=4096)
+def _arg_names(overload: str) -> tuple[str, ...]:
+    """The schema's argument names of ``aten.name.overload`` (none for a Python-only op)."""
     try:
         ns, name, ov = overload.split(".", 2)
         schema = getattr(getattr(getattr(torch.ops, ns), name), ov)._schema
-        arg_names = [a.name for a in schema.arguments]
     except (AttributeError, ValueError):
-        arg_names = []
+        return ()
+    return tuple(a.name for a in schema.arguments)
+
+
+def _named_features(overload: str, values: Any, rank: int) -> dict[str, str]:
+    inp, args, kwargs = values
+    named: dict[str, Any] = {}
+    arg_names = _arg_names(overload)
     positional = [inp, *args]
     for i, v in enumerate(positional):
         named[arg_names[i] if i < len(arg_names) else f"arg{i}"] = v
