@@ -14,8 +14,7 @@ Contracts for the reference accelerator live in ``ci/contracts/``, an example CI
 ``ci/workflows/``.
 """
 
-from .evaluate import LEVEL_NAMES, evaluate_contract
-from .result import (
+from opmatrix.schema.gate import (
     BaselineChange,
     CellRef,
     CellStatus,
@@ -28,6 +27,8 @@ from .result import (
     WaiverReport,
     WaiverState,
 )
+
+from .evaluate import LEVEL_NAMES, evaluate_contract
 
 __all__ = [
     "LEVEL_NAMES",

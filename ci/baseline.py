@@ -20,10 +20,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from opmatrix.schema import CellResult, Outcome, ToleranceOverride
+from opmatrix.schema.gate import BaselineChange, CellRef, CellStatus
 
 from .cells import CellIndex, CellKey
 from .requirements import tolerance_for
-from .result import BaselineChange, CellRef, CellStatus
 
 __all__ = ["CellChanges", "compare_cells", "compare_results"]
 

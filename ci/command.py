@@ -16,11 +16,11 @@ import datetime as dt
 import sys
 
 from opmatrix.schema import ArtifactError, Contract, load_contract, load_matrix, write_text_atomic
+from opmatrix.schema.gate import GateResult
 from opmatrix.schema.text import terminal_text
 
 from .evaluate import evaluate_contract
 from .junit import render_junit
-from .result import GateResult
 from .summary import render_markdown, render_verdict
 
 __all__ = ["gate", "parse_today"]

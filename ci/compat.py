@@ -14,9 +14,8 @@ from __future__ import annotations
 import re
 
 from opmatrix.schema import ExecPath, Outcome, load_model
+from opmatrix.schema.gate import CellRef, CellStatus, RequirementResult, Status
 from opmatrix.schema.perf import CompatReport, CompatRequirement, CompatRun
-
-from .result import CellRef, CellStatus, RequirementResult, Status
 
 __all__ = ["evaluate_compat", "load_compat", "worse_cells"]
 

@@ -20,8 +20,7 @@ from __future__ import annotations
 
 from opmatrix.schema import Contract, ExecPath, Matrix
 from opmatrix.schema.distributed import DistCase, DistOutcome, DistributedRequirement
-
-from .result import CellRef, CellStatus, GateCheck, RequirementResult, Status
+from opmatrix.schema.gate import CellRef, CellStatus, GateCheck, RequirementResult, Status
 
 __all__ = ["distributed_baseline_check", "distributed_count_check", "evaluate_distributed", "required_case_ids"]
 

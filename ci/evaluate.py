@@ -29,13 +29,7 @@ from __future__ import annotations
 import datetime as dt
 
 from opmatrix.schema import Contract, LevelRequirement, Matrix, WorkloadRequirement
-
-from .baseline import compare_cells
-from .cells import CellIndex, CellKey
-from .distributed import distributed_baseline_check, distributed_count_check, evaluate_distributed
-from .improvements import find_improvements, improvement_yaml
-from .requirements import claimed_keys, evaluate_check, evaluate_operators
-from .result import (
+from opmatrix.schema.gate import (
     BaselineChange,
     CellRef,
     CellStatus,
@@ -47,6 +41,12 @@ from .result import (
     WaiverReport,
     WaiverState,
 )
+
+from .baseline import compare_cells
+from .cells import CellIndex, CellKey
+from .distributed import distributed_baseline_check, distributed_count_check, evaluate_distributed
+from .improvements import find_improvements, improvement_yaml
+from .requirements import claimed_keys, evaluate_check, evaluate_operators
 from .waivers import WaiverBook
 from .workloads import evaluate_workloads
 

@@ -35,9 +35,9 @@ from opmatrix.schema import (
     dump_yaml,
     model_to_data,
 )
+from opmatrix.schema.gate import Improvement
 
 from .cells import CellIndex, CellKey, uses_fallback
-from .result import Improvement
 
 __all__ = ["find_improvements", "improvement_yaml"]
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from .result import CellStatus, GateCheck, GateResult, RequirementResult, Status
+from opmatrix.schema.gate import CellStatus, GateCheck, GateResult, RequirementResult, Status
 
 __all__ = ["render_junit"]
 

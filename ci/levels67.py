@@ -11,11 +11,11 @@ from __future__ import annotations
 import datetime as dt
 
 from opmatrix.schema import Contract
+from opmatrix.schema.gate import CellStatus, GateCheck, GateResult, RequirementResult, Status, Verdict
 from opmatrix.schema.perf import CompatReport, PerfRecord
 
 from .compat import evaluate_compat
 from .perf import evaluate_perf
-from .result import CellStatus, GateCheck, GateResult, RequirementResult, Status, Verdict
 
 __all__ = ["apply_levels_6_7", "has_levels_6_7"]
 

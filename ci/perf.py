@@ -23,9 +23,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from opmatrix.schema import ArtifactError, FallbackPolicy, FallbackState, load_model
+from opmatrix.schema.gate import CellRef, CellStatus, RequirementResult, Status
 from opmatrix.schema.perf import PerfRecord, PerfRequirement
-
-from .result import CellRef, CellStatus, RequirementResult, Status
 
 __all__ = ["compare_records", "evaluate_perf", "load_records", "ratio_ci"]
 

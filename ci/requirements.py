@@ -36,10 +36,10 @@ from opmatrix.schema import (
     Runtime,
     ToleranceOverride,
 )
+from opmatrix.schema.gate import CellRef, CellStatus, RequirementResult, Status
 
 from .cells import CellIndex, CellKey, uses_fallback
 from .opsets import resolve_ops
-from .result import CellRef, CellStatus, RequirementResult, Status
 from .waivers import WaiverBook
 
 __all__ = ["Judge", "claimed_keys", "evaluate_check", "evaluate_operators", "tolerance_for"]

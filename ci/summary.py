@@ -11,7 +11,7 @@ stale waivers, cells better than the baseline, flaky cells::
 
 from __future__ import annotations
 
-from .result import CellStatus, GateResult, RequirementResult, Status, WaiverState
+from opmatrix.schema.gate import CellStatus, GateResult, RequirementResult, Status, WaiverState
 
 __all__ = ["render_markdown", "render_verdict"]
 

@@ -18,8 +18,7 @@ import fnmatch
 from collections.abc import Sequence
 
 from opmatrix.schema import Waiver
-
-from .result import CellRef, CellStatus, WaiverReport, WaiverState
+from opmatrix.schema.gate import CellRef, CellStatus, WaiverReport, WaiverState
 
 __all__ = ["WaiverBook", "waiver_matches"]
 

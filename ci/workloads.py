@@ -12,8 +12,7 @@ from __future__ import annotations
 import fnmatch
 
 from opmatrix.schema import CheckResult, Matrix, WorkloadRequirement, WorkloadResult
-
-from .result import RequirementResult, Status
+from opmatrix.schema.gate import RequirementResult, Status
 
 __all__ = ["evaluate_workloads", "judge_run"]
 

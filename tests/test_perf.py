@@ -10,9 +10,9 @@ import yaml
 
 from opmatrix.ci.compat import evaluate_compat
 from opmatrix.ci.perf import compare_records, evaluate_perf, ratio_ci
-from opmatrix.ci.result import CellStatus, Status
 from opmatrix.probes.perf.stats import summarize
 from opmatrix.schema import dump_model, validate_data
+from opmatrix.schema.gate import CellStatus, Status
 from opmatrix.schema.jsonschema import json_schema_text
 from opmatrix.schema.perf import CompatCheck, CompatReport, CompatRequirement, CompatRun, PerfRecord, PerfRequirement
 
