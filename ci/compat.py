@@ -11,11 +11,9 @@ after a framework upgrade"::
 
 from __future__ import annotations
 
-import re
-
 from opmatrix.schema import ExecPath, Outcome, load_model
 from opmatrix.schema.gate import CellRef, CellStatus, RequirementResult, Status
-from opmatrix.schema.perf import CompatReport, CompatRequirement, CompatRun
+from opmatrix.schema.perf import CompatReport, CompatRequirement, CompatRun, torch_version_key
 
 __all__ = ["evaluate_compat", "load_compat", "worse_cells"]
 
@@ -23,10 +21,6 @@ __all__ = ["evaluate_compat", "load_compat", "worse_cells"]
 def load_compat(path: str) -> CompatReport:
     """Load a compat report (``opmatrix compat --out DIR`` writes ``DIR/compat.yaml``)."""
     return load_model(path, CompatReport)
-
-
-def _version_key(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", text.split("+")[0])[:3])
 
 
 def _rank(value: str) -> tuple[int, int]:
@@ -68,7 +62,7 @@ def _run_cell(version: str, run: CompatRun | None, req: CompatRequirement) -> Ce
 
 
 def _find(report: CompatReport, version: str) -> CompatRun | None:
-    return next((r for r in report.runs if _version_key(r.torch) == _version_key(version)), None)
+    return next((r for r in report.runs if torch_version_key(r.torch) == torch_version_key(version)), None)
 
 
 def evaluate_compat(
@@ -83,7 +77,7 @@ def evaluate_compat(
         tried = {".".join(r.python.split(".")[:2]) for r in report.runs}
         cells += [CellRef(op=f"check:compat python {p}", status=CellStatus.failed, reason="promised but no run used it")
                   for p in req.python if p not in tried]
-        ordered = sorted((r for r in runs.values() if r is not None and not r.error), key=lambda r: _version_key(r.torch))
+        ordered = sorted((r for r in runs.values() if r is not None and not r.error), key=lambda r: torch_version_key(r.torch))
         for older, newer in zip(ordered, ordered[1:], strict=False):
             worse = worse_cells(older, newer)
             cells.append(CellRef(

@@ -10,10 +10,9 @@ gate judges which of those are worse (``ci/contracts/*compat*.yaml``); the page 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
-from opmatrix.schema.perf import CompatReport, CompatRun
+from opmatrix.schema.perf import CompatReport, CompatRun, torch_version_key
 
 __all__ = ["CompatChange", "CompatView", "compat_view"]
 
@@ -35,10 +34,6 @@ class CompatView:
     changes: list[CompatChange]
 
 
-def _version_key(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", text.split("+")[0])[:3])
-
-
 def _change(older: CompatRun, newer: CompatRun) -> CompatChange:
     labels = sorted(set(older.cells) | set(newer.cells))
     differ = [(label, older.cells.get(label, "not probed"), newer.cells.get(label, "not probed")) for label in labels
@@ -47,5 +42,5 @@ def _change(older: CompatRun, newer: CompatRun) -> CompatChange:
 
 
 def compat_view(report: CompatReport) -> CompatView:
-    runs = sorted(report.runs, key=lambda r: _version_key(r.torch))
+    runs = sorted(report.runs, key=lambda r: torch_version_key(r.torch))
     return CompatView(report, runs, [_change(a, b) for a, b in zip(runs, runs[1:], strict=False)])

@@ -23,6 +23,7 @@ by ``opmatrix gate`` (see :class:`PerfRequirement`); ``opmatrix compat`` writes 
 from __future__ import annotations
 
 import enum
+import re
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -46,6 +47,7 @@ __all__ = [
     "SubjectKind",
     "Subject",
     "Timing",
+    "torch_version_key",
 ]
 
 PERF_RECORD_KIND = "perf-record"
@@ -234,6 +236,11 @@ class CompatRun(Model):
     checks: list[CompatCheck] = Field(default_factory=list)
     cells: dict[str, str] = Field(default_factory=dict, description="cell label -> 'path/outcome'")
     error: str | None = None
+
+
+def torch_version_key(text: str) -> tuple[int, ...]:
+    """``2.13.0+cpu`` -> ``(2, 13, 0)``: torch versions in release order."""
+    return tuple(int(x) for x in re.findall(r"\d+", text.split("+")[0])[:3])
 
 
 class CompatReport(Model):

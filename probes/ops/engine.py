@@ -105,7 +105,8 @@ def probe_eager(st: EngineState, entry: OpEntry, unit: Unit, dtype: torch.dtype,
         result.path, result.components, result.note = known
     else:
         result.path, result.components, result.note = classify(st, unit.overload, dc)
-        st.learn_host_path(key, result.path, result.components, result.note)
+        if record:
+            st.learn_host_path(key, result.path, result.components, result.note)
     apply_evidence(result, dc)
     if ref is None:  # the CPU rejects this input: the device's behaviour is the evidence
         result.note = "; ".join(filter(None, [result.note, f"no reference: {no_ref}; the device returned a value"]))

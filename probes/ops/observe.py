@@ -24,6 +24,8 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from .layouts import map_values
+
 __all__ = [
     "LeafRecorder",
     "Registration",
@@ -222,17 +224,6 @@ def top_level_overloads(fn: Any, values: Any) -> list[str]:
     return _pre_dispatch_overloads(fn, values)
 
 
-def _clone_tensors(v: Any) -> Any:
-    """``v`` with every tensor cloned (an in-place op must not change the sample it is traced on)."""
-    if isinstance(v, torch.Tensor):
-        return v.clone()
-    if isinstance(v, (tuple, list)):
-        return type(v)(_clone_tensors(x) for x in v)
-    if isinstance(v, dict):
-        return {k: _clone_tensors(x) for k, x in v.items()}
-    return v
-
-
 @functools.lru_cache(maxsize=1)
 def _pre_dispatch_recorder_class() -> type:
     # PyTorch admits three kinds of mode on the PreDispatch key (proxy, functional, schema check);
@@ -258,7 +249,8 @@ def _pre_dispatch_overloads(fn: Any, values: Any) -> list[str]:
     re-raised. Where the mode cannot be set at all, a ``make_fx`` trace answers instead."""
     from torch._dispatch.python import enable_python_dispatcher
 
-    inp, args, kwargs = _clone_tensors(values)
+    # on copies: an in-place op must not change the sample it is traced on
+    inp, args, kwargs = map_values(values, lambda t: t.clone())
     recorder = _pre_dispatch_recorder_class()()
     with contextlib.ExitStack() as stack:
         try:

@@ -28,14 +28,17 @@ __all__ = ["Unit", "device_values", "overload_of", "unit_id", "units", "values_k
 
 
 @functools.lru_cache(maxsize=4096)
-def _arg_names(overload: str) -> tuple[str, ...]:
-    """The schema's argument names of ``aten.name.overload`` (none for a Python-only op)."""
+def _schema_args(overload: str) -> tuple[Any, ...]:
+    """The schema arguments of ``aten.name.overload`` (none for a Python-only op)."""
     try:
         ns, name, ov = overload.split(".", 2)
-        schema = getattr(getattr(getattr(torch.ops, ns), name), ov)._schema
+        return tuple(getattr(getattr(getattr(torch.ops, ns), name), ov)._schema.arguments)
     except (AttributeError, ValueError):
         return ()
-    return tuple(a.name for a in schema.arguments)
+
+
+def _arg_names(overload: str) -> list[str]:
+    return [a.name for a in _schema_args(overload)]
 
 
 def _named_features(overload: str, values: Any, rank: int) -> dict[str, str]:
@@ -106,12 +109,7 @@ def _dim_position(overload: str, values: Any) -> tuple[str, Any] | None:
     for name in ("dim", "axis"):
         if isinstance(kwargs.get(name), int) and not isinstance(kwargs.get(name), bool):
             return ("kw", name)
-    try:
-        ns, name, ov = overload.split(".", 2)
-        schema = getattr(getattr(getattr(torch.ops, ns), name), ov)._schema
-    except (AttributeError, ValueError):
-        return None
-    for i, a in enumerate(schema.arguments):
+    for i, a in enumerate(_schema_args(overload)):
         if a.name in ("dim", "axis") and str(a.type) == "int" and 0 < i <= len(args):
             v = args[i - 1]
             if isinstance(v, int) and not isinstance(v, bool):
