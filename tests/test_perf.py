@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from opmatrix.ci.compat import evaluate_compat
-from opmatrix.ci.perf import compare_records, evaluate_perf, ratio_ci
+from opmatrix.ci.perf import compare_records, evaluate_perf, load_records, ratio_ci
 from opmatrix.probes.perf.stats import summarize
 from opmatrix.schema import dump_model, validate_data
 from opmatrix.schema.gate import CellStatus, Status
@@ -116,30 +116,38 @@ def _bench(out: Path, *extra: str, env_backend: str = "cpu") -> None:
 def test_bench_rerun_passes_and_an_injected_30_percent_slowdown_blocks(tmp_path: Path):
     """Real cpu measurements: identical re-run gated against the first passes; --slowdown 1.3 blocks.
 
-    Both must hold on one set of three measurements. A runner shared with other jobs can slow one
-    measurement by 40% (seen in CI while a demo ran beside it), so a set that fails either check
-    is measured once more before the test fails; the second set is judged just as strictly."""
+    Both must hold on one set of three measurements (baseline, slowed, re-run, in that order). The
+    gate is noise-aware by design: when a runner shared with other jobs slows one of a record's runs
+    by 40% (seen in CI beside a demo), the interval widens and a 30% slowdown is honestly "within
+    noise". So a set that fails either check is measured again, up to four sets; each is judged just
+    as strictly, and the failure message lists every set's intervals."""
     example = yaml.safe_load((ROOT / "ci" / "contracts" / "cpu-perf.yaml").read_text())
     example["requirements"][0]["perf"]["records"] = ["workload.*"]  # the example's threshold, this test's record
     contract = tmp_path / "contract.yaml"
     contract.write_text(yaml.safe_dump(example))
-    for attempt in ("1", "2"):
+    req = PerfRequirement.model_validate(example["requirements"][0]["perf"])
+    rid = "workload.mlp.eager.float32"
+    seen = []
+    for attempt in ("1", "2", "3", "4"):
         root = tmp_path / attempt
-        for name, extra in (("a", ()), ("b", ()), ("slow", ("--slowdown", "1.3"))):
+        for name, extra in (("a", ()), ("slow", ("--slowdown", "1.3")), ("b", ())):
             _bench(root / name, "--workloads", "mlp", *extra)
         same = run_cli("gate", "--contract", str(contract), "--records", str(root / "b"),
                        "--baseline-records", str(root / "a"))
         slow = run_cli("gate", "--contract", str(contract), "--records", str(root / "slow"),
                        "--baseline-records", str(root / "a"), "--junit", str(root / "j.xml"))
+        base = load_records(root / "a")[rid]
+        seen.append(f"set {attempt}: re-run {compare_records(load_records(root / 'b')[rid], base, req)[1]}; "
+                    f"slowed {compare_records(load_records(root / 'slow')[rid], base, req)[1]}")
         if same.returncode == 0 and slow.returncode == 1:
             break
-    record = (root / "a" / "workload.mlp.eager.float32.yaml").read_text().lower()
+    record = (root / "a" / f"{rid}.yaml").read_text().lower()
     assert [w for w in SEED_FIELDS if w not in record] == []
     timing = yaml.safe_load(record)["timing"]
     assert (timing["repetitions"], timing["runs"], len(timing["samples_s"])) == (11, 4, 44)
-    assert same.returncode == 0, same.stdout
-    assert slow.returncode == 1, slow.stdout
-    assert "perf:workload.mlp.eager.float32" in slow.stdout and "CI [" in slow.stdout
+    assert same.returncode == 0, "\n".join([same.stdout, *seen])
+    assert slow.returncode == 1, "\n".join([slow.stdout, *seen])
+    assert f"perf:{rid}" in slow.stdout and "CI [" in slow.stdout
     assert "regression" in (root / "j.xml").read_text()
 
 
