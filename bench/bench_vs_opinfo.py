@@ -1,12 +1,21 @@
 """Speed beside PyTorch's own ``test_dtypes``: the same operators, interleaved rounds.
 
-The baseline does what ``test_ops.py::TestCommon::test_dtypes`` does on the CPU (the test file is
-not in the wheel, so the procedure is written out here): for each selected OpInfo entry of
-``op_db`` and each dtype of ``all_types_and_complex_and(half, bfloat16, bool)`` (plus complex32
-when the op claims it), generate the samples with OpInfo's defaults (``requires_grad`` for
-floating and complex dtypes, re-seeding per sample), call the op forward on every sample and,
-where an input requires grad, run ``backward`` on the first output with a random gradient.
-It runs in its own fresh Python process, import time included, like a test session does.
+The baseline is ``test_ops.py::TestCommon::test_dtypes`` as PyTorch runs it, minus the rest of
+``test_ops.py`` (the test file is not in the wheel): a test module holding one ``TestCommon.test_dtypes``
+decorated with ``@ops(op_db, dtypes=OpDTypes.none)`` and instantiated for the CPU with
+``instantiate_device_type_tests``, run by ``python -m pytest -k`` naming exactly the selected
+entries' tests (``test_dtypes_<op>_cpu``), in one process, as the issue's measurement ran
+``test_ops.py -k "test_dtypes and cpu and (...)"``. The test body is test_dtypes' procedure
+written out (:func:`test_dtypes_like`): for each dtype of ``all_types_and_complex_and(half,
+bfloat16, bool)`` (plus complex32 when the op claims it), generate the samples with OpInfo's
+defaults (``requires_grad`` for floating and complex dtypes), call the op forward on every sample
+and, where an input requires grad, run ``backward`` on the first output with a random gradient.
+PyTorch's real run costs more: pytest also collects every other test template of test_ops.py.
+
+``--baseline unittest`` runs the same procedure as one plain ``TestCase`` test per OpInfo without
+pytest or the device-type harness (OpInfo still re-seeds each sample from the test's name), and
+``--baseline loop`` in a bare loop: leaner bars than PyTorch's own run. Every round also times the
+unittest bar and prints its ratio beside the harness one (``--no-lean`` skips it).
 
 Beside it, ``opmatrix probe --backend cpu --ops ... --no-runtime`` with ``--workers 1`` and
 ``--workers 2`` on the same names (the same entries: a plain name selects the op's variants in
@@ -131,6 +140,56 @@ def _as_unittest(entries: list[Any]) -> tuple[int, int]:
     return counts[0], counts[1]
 
 
+#: the test module of the ``pytest`` baseline: test_dtypes the way test_ops.py declares it
+HARNESS = '''\
+import os, sys, atexit
+sys.path.insert(0, {bench!r})
+from torch.testing._internal.common_device_type import OpDTypes, instantiate_device_type_tests, ops
+from torch.testing._internal.common_methods_invocations import op_db
+from torch.testing._internal.common_utils import TestCase
+from bench_vs_opinfo import test_dtypes_like
+
+_calls = [0, 0, 0]
+
+
+@atexit.register
+def _report():
+    print(f"baseline (pytest harness): {{_calls[2]}} entries, {{_calls[0]}} forward + {{_calls[1]}} backward calls")
+
+
+class TestCommon(TestCase):
+    @ops(op_db, dtypes=OpDTypes.none)
+    def test_dtypes(self, device, op):
+        f, b = test_dtypes_like(op)
+        _calls[0], _calls[1], _calls[2] = _calls[0] + f, _calls[1] + b, _calls[2] + 1
+
+
+instantiate_device_type_tests(TestCommon, globals(), only_for="cpu")
+'''
+
+
+def harness_tests(names: list[str]) -> list[str]:
+    """The instantiated test names (``test_dtypes_<op>_cpu``) of the entries ``names`` selects."""
+    from opmatrix.probes.ops.source import select_ops
+
+    return [f"test_dtypes_{e.full_name.replace('.', '_')}_cpu" for e in select_ops(names)]
+
+
+def run_harness(tests: list[str], env: dict[str, str], folder: Path) -> tuple[float, str]:
+    """``python -m pytest -k`` on the harness module, selecting exactly ``tests``."""
+    module = folder / "test_dtypes_harness.py"
+    if not module.exists():
+        module.write_text(HARNESS.format(bench=str(ROOT / "bench")))
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(module), "-k", " or ".join(tests)]
+    wall, text = _timed(cmd, env)
+    lines = text.splitlines()
+    summary = next((line for line in lines if line.startswith("baseline (pytest")), lines[0])
+    passed = next((line for line in lines if " passed" in line), "")
+    if f"{len(tests)} passed" not in passed:
+        sys.exit(f"the pytest baseline did not pass all {len(tests)} tests:\n{text[-3000:]}")
+    return wall, f"{summary}; pytest: {passed.strip()}\n{lines[-1]}"
+
+
 def baseline_child(names: list[str], mode: str) -> None:
     """The baseline process: import op_db, select the entries, run test_dtypes' procedure."""
     t0 = time.perf_counter()
@@ -214,10 +273,11 @@ def main() -> None:
                     "built once, untimed, every other cache empty per run; warm: caches kept across rounds")
     ap.add_argument("--no-two", action="store_true", help="skip the two-worker runs")
     ap.add_argument("--probe-arg", action="append", default=[], help="extra argument for opmatrix probe")
-    ap.add_argument("--baseline", choices=["unittest", "loop"], default="unittest",
-                    help="unittest (default): test_dtypes' procedure as one TestCase test per OpInfo, as PyTorch "
-                    "runs it (OpInfo re-seeds each sample from the test's name); loop: the same procedure in a "
-                    "bare loop, samples seeded once per call (a leaner bar than PyTorch's own test)")
+    ap.add_argument("--baseline", choices=["pytest", "unittest", "loop"], default="pytest",
+                    help="pytest (default): test_dtypes through PyTorch's device-type harness under pytest -k, as "
+                    "PyTorch runs it; unittest: the same procedure as one plain TestCase test per OpInfo (OpInfo "
+                    "re-seeds each sample from the test's name); loop: a bare loop, samples seeded once per call")
+    ap.add_argument("--no-lean", action="store_true", help="do not also time the unittest bar each round")
     ap.add_argument("--baseline-child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     names = [n.strip() for n in args.ops.split(",") if n.strip()]
@@ -230,17 +290,21 @@ def main() -> None:
         prime_index(env, caches)
     print(f"{len(names)} names, {args.rounds} round(s), caches {args.caches}, {os.cpu_count()} cores, "
           f"load {_load()}", flush=True)
-    walls: dict[str, list[float]] = {"baseline": [], "opmatrix-1": [], "opmatrix-2": []}
+    lean = "unittest" if args.baseline == "pytest" and not args.no_lean else None
+    walls: dict[str, list[float]] = {"baseline": [], "lean": [], "opmatrix-1": [], "opmatrix-2": []}
+    tests = harness_tests(names) if args.baseline == "pytest" else []
     try:
         for r in range(args.rounds):
-            order = ["baseline", "opmatrix-1", "opmatrix-2"]
+            order = ["baseline", "lean", "opmatrix-1", "opmatrix-2"]
             if r % 2:
                 order.reverse()  # interleave: neither side always runs first
             for what in order:
-                if what == "opmatrix-2" and args.no_two:
+                if (what == "opmatrix-2" and args.no_two) or (what == "lean" and lean is None):
                     continue
-                if what == "baseline":
-                    wall, text = run_baseline(names, env, args.baseline)
+                if what == "baseline" and args.baseline == "pytest":
+                    wall, text = run_harness(tests, env, caches)
+                elif what in ("baseline", "lean"):
+                    wall, text = run_baseline(names, env, lean if what == "lean" else args.baseline)
                 else:
                     wall, text = run_opmatrix(names, int(what[-1]), env, caches, args.caches != "warm", args.probe_arg)
                     if args.caches == "none":
@@ -253,13 +317,17 @@ def main() -> None:
         shutil.rmtree(caches, ignore_errors=True)
     base = statistics.median(walls["baseline"])
     one = statistics.median(walls["opmatrix-1"])
-    print(f"median baseline (test_dtypes procedure) {base:.1f} s; opmatrix 1 worker {one:.1f} s "
+    print(f"median baseline (test_dtypes, {args.baseline}) {base:.1f} s; opmatrix 1 worker {one:.1f} s "
           f"({one / base:.2f}x)", end="")
     if walls["opmatrix-2"]:
         two = statistics.median(walls["opmatrix-2"])
         print(f"; 2 workers {two:.1f} s ({two / base:.2f}x)")
     else:
         print()
+    if walls["lean"]:
+        bar = statistics.median(walls["lean"])
+        two_lean = f"; 2 workers {statistics.median(walls['opmatrix-2']) / bar:.2f}x" if walls["opmatrix-2"] else ""
+        print(f"leaner bar (unittest, no pytest or device-type harness) {bar:.1f} s: 1 worker {one / bar:.2f}x{two_lean}")
     print(f"load {_load()}")
     print(f"ratio {one / base:.2f}")
 
