@@ -154,7 +154,8 @@ _calls = [0, 0, 0]
 
 @atexit.register
 def _report():
-    print(f"baseline (pytest harness): {{_calls[2]}} entries, {{_calls[0]}} forward + {{_calls[1]}} backward calls")
+    if _calls[2]:
+        print(f"baseline (pytest harness): {{_calls[2]}} entries, {{_calls[0]}} forward + {{_calls[1]}} backward calls")
 
 
 class TestCommon(TestCase):
