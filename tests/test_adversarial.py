@@ -314,6 +314,26 @@ def test_inf_survives_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert first.model == second.model
 
 
+def test_a_cache_hit_trusts_the_digest_checked_when_written_and_nothing_else(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hit skips recomputing the digest of bytes that passed it; an edited file is a miss and
+    fails as always, and a hit whose counts disagree with its seal is refused (then reloaded)."""
+    monkeypatch.setenv("OPMATRIX_CACHE_DIR", str(tmp_path / "cache"))
+    path = _sealed(tmp_path)
+    first = load_matrix(path)
+    entries = list((tmp_path / "cache" / "matrices").glob("*.json"))
+    assert len(entries) == 1
+    assert load_matrix(path) == first  # a hit
+    edited = tmp_path / "edited.yaml"
+    edited.write_text(path.read_text().replace("path: rejected", "path: native", 1))
+    with pytest.raises(ArtifactError, match="edited after it was written"):
+        load_matrix(edited)
+    cached = json.loads(entries[0].read_text())
+    cached["integrity"]["cells"] += 1  # a damaged entry: its counts no longer match its seal
+    entries[0].write_text(json.dumps(cached))
+    assert load_matrix(path) == first  # refused as a miss, loaded strictly from the YAML again
+
+
 @pytest.mark.parametrize("name", ["aten.add\x1b[2J.Tensor", "aten.add\x07.Tensor", "aten.add\x9b.Tensor"])
 def test_control_characters_in_names_are_refused(tmp_path: Path, name: str) -> None:
     data = yaml.safe_load(_sealed(tmp_path).read_text())
