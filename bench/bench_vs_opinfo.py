@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import resource
 import shutil
 import statistics
@@ -176,18 +177,22 @@ def harness_tests(names: list[str]) -> list[str]:
     return [f"test_dtypes_{e.full_name.replace('.', '_')}_cpu" for e in select_ops(names)]
 
 
-def run_harness(tests: list[str], env: dict[str, str], folder: Path) -> tuple[float, str]:
-    """``python -m pytest -k`` on the harness module, selecting exactly ``tests``."""
-    module = folder / "test_dtypes_harness.py"
-    if not module.exists():
-        module.write_text(HARNESS.format(bench=str(ROOT / "bench")))
+def run_harness(tests: list[str], env: dict[str, str], folder: Path, module: Path | None = None) -> tuple[float, str]:
+    """``python -m pytest -k`` on the harness module (or on PyTorch's own ``module``, e.g. a
+    ``test_ops.py`` kept outside the repository), selecting exactly ``tests``."""
+    if module is None:
+        module = folder / "test_dtypes_harness.py"
+        if not module.exists():
+            module.write_text(HARNESS.format(bench=str(ROOT / "bench")))
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(module), "-k", " or ".join(tests)]
     wall, text = _timed(cmd, env)
     lines = text.splitlines()
-    summary = next((line for line in lines if line.startswith("baseline (pytest")), lines[0])
+    summary = next((line for line in lines if line.startswith("baseline (pytest")), f"{module.name}: {len(tests)} tests")
     passed = next((line for line in lines if " passed" in line), "")
-    if f"{len(tests)} passed" not in passed:
-        sys.exit(f"the pytest baseline did not pass all {len(tests)} tests:\n{text[-3000:]}")
+    # an OpInfo that skips test_dtypes for the CPU (its DecorateInfo) is skipped here as in PyTorch
+    counts = {word: int(n) for n, word in re.findall(r"(\d+) (passed|skipped|failed|error)", passed)}
+    if counts.get("passed", 0) + counts.get("skipped", 0) != len(tests) or counts.get("failed") or counts.get("error"):
+        sys.exit(f"the pytest baseline did not run all {len(tests)} tests cleanly:\n{text[-3000:]}")
     return wall, f"{summary}; pytest: {passed.strip()}\n{lines[-1]}"
 
 
@@ -279,6 +284,9 @@ def main() -> None:
                     "PyTorch runs it; unittest: the same procedure as one plain TestCase test per OpInfo (OpInfo "
                     "re-seeds each sample from the test's name); loop: a bare loop, samples seeded once per call")
     ap.add_argument("--no-lean", action="store_true", help="do not also time the unittest bar each round")
+    ap.add_argument("--test-ops", type=Path, metavar="PATH",
+                    help="also time PyTorch's own test/test_ops.py (a copy outside the repository; it is not in "
+                    "the wheel) on the same tests each round, to calibrate the harness against it")
     ap.add_argument("--baseline-child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     names = [n.strip() for n in args.ops.split(",") if n.strip()]
@@ -292,17 +300,20 @@ def main() -> None:
     print(f"{len(names)} names, {args.rounds} round(s), caches {args.caches}, {os.cpu_count()} cores, "
           f"load {_load()}", flush=True)
     lean = "unittest" if args.baseline == "pytest" and not args.no_lean else None
-    walls: dict[str, list[float]] = {"baseline": [], "lean": [], "opmatrix-1": [], "opmatrix-2": []}
-    tests = harness_tests(names) if args.baseline == "pytest" else []
+    walls: dict[str, list[float]] = {"baseline": [], "lean": [], "test_ops": [], "opmatrix-1": [], "opmatrix-2": []}
+    tests = harness_tests(names) if args.baseline == "pytest" or args.test_ops else []
     try:
         for r in range(args.rounds):
-            order = ["baseline", "lean", "opmatrix-1", "opmatrix-2"]
+            order = ["baseline", "lean", "test_ops", "opmatrix-1", "opmatrix-2"]
             if r % 2:
                 order.reverse()  # interleave: neither side always runs first
             for what in order:
-                if (what == "opmatrix-2" and args.no_two) or (what == "lean" and lean is None):
+                if ((what == "opmatrix-2" and args.no_two) or (what == "lean" and lean is None)
+                        or (what == "test_ops" and args.test_ops is None)):
                     continue
-                if what == "baseline" and args.baseline == "pytest":
+                if what == "test_ops":
+                    wall, text = run_harness(tests, env, caches, args.test_ops.resolve())
+                elif what == "baseline" and args.baseline == "pytest":
                     wall, text = run_harness(tests, env, caches)
                 elif what in ("baseline", "lean"):
                     wall, text = run_baseline(names, env, lean if what == "lean" else args.baseline)
@@ -329,6 +340,11 @@ def main() -> None:
         bar = statistics.median(walls["lean"])
         two_lean = f"; 2 workers {statistics.median(walls['opmatrix-2']) / bar:.2f}x" if walls["opmatrix-2"] else ""
         print(f"leaner bar (unittest, no pytest or device-type harness) {bar:.1f} s: 1 worker {one / bar:.2f}x{two_lean}")
+    if walls["test_ops"]:
+        own = statistics.median(walls["test_ops"])
+        two_own = f"; 2 workers {statistics.median(walls['opmatrix-2']) / own:.2f}x" if walls["opmatrix-2"] else ""
+        print(f"PyTorch's own test_ops.py {own:.1f} s: 1 worker {one / own:.2f}x{two_own}; "
+              f"the harness baseline is {base / own:.2f}x of it")
     print(f"load {_load()}")
     print(f"ratio {one / base:.2f}")
 
