@@ -27,7 +27,7 @@ from pydantic import AfterValidator, Field
 from .base import Model
 from .enums import CheckResult, DType, FallbackState, Mode, Outcome
 
-__all__ = ["WorkloadStep", "StepResult", "HostFallback", "CompileStats", "WorkloadResult", "WorkloadRecord",
+__all__ = ["WorkloadStep", "StepResult", "HostFallback", "CompileCache", "CompileStats", "WorkloadResult", "WorkloadRecord",
            "WorkloadRequirement", "WorkloadList"]
 
 
@@ -74,6 +74,18 @@ class HostFallback(Model):
     )
 
 
+class CompileCache(Model):
+    """A second process compiling the same workload with the same backend: did it reuse the first
+    process's on-disk compile cache? ``pass``: it hit the cache; ``fail``: it compiled again;
+    ``not_applicable``: the backend keeps no cache; ``unknown``: not observable (with the reason)."""
+
+    result: CheckResult
+    hits: int = Field(default=0, ge=0, description="cache hits the second process's counters recorded")
+    misses: int = Field(default=0, ge=0, description="cache misses (graphs compiled again)")
+    seconds: float | None = Field(default=None, ge=0, description="the second process's first compiled call")
+    evidence: str = ""
+
+
 class CompileStats(Model):
     """Level 4 figures from dynamo's own counters and timings."""
 
@@ -87,6 +99,7 @@ class CompileStats(Model):
     compiled_ms: float | None = Field(default=None, ge=0, description="steady-state compiled call")
     speedup: float | None = Field(default=None, ge=0, description="eager_ms / compiled_ms")
     break_even_calls: int | None = Field(default=None, ge=0, description="calls until compile time pays off (None: never)")
+    cache: CompileCache | None = Field(default=None, description="a second process compiling the same workload")
 
 
 class WorkloadResult(Model):

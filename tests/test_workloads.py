@@ -107,12 +107,14 @@ def test_probe_runs_a_workload_on_the_cpu_backend_in_the_isolated_runner(tmp_pat
 
 
 @pytest.mark.slow
-def test_cpu_workload_compiles_with_inductor(tmp_path):
+def test_cpu_workload_compiles_with_inductor(tmp_path, monkeypatch):
     """--compile-backend replaces the adapter's (aot_eager on cpu): inductor's own kernels, compiled
-    == eager, and the record says which backend ran."""
+    == eager, and the record says which backend ran; a second process compiling the same workload
+    reuses inductor's on-disk cache (an empty cache folder for this test: the worker fills it)."""
     from opmatrix.cli import main
     from opmatrix.schema import load_matrix
 
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor-cache"))
     rc = main(["probe", "--backend", "cpu", "--suites", "workloads", "--workloads", "mlp", "--workload-dtypes", "float32",
                "--workload-modes", "compile", "--compile-backend", "inductor", "--out", str(tmp_path), "--quiet",
                "--workers", "1"])
@@ -120,6 +122,21 @@ def test_cpu_workload_compiles_with_inductor(tmp_path):
     [run] = load_matrix(tmp_path / "matrix.yaml").workloads
     assert run.outcome.value == "ok" and run.compile is not None and run.compile.backend == "inductor"
     assert run.compile.speedup is not None and run.compile.compile_seconds > 0
+    cache = run.compile.cache
+    assert cache is not None and cache.result.value == "pass" and cache.hits >= 1 and cache.misses == 0, cache
+    assert "a second process reused the first process's cache" in cache.evidence
+
+
+def test_the_compile_cache_check_says_when_a_backend_keeps_none():
+    from types import SimpleNamespace
+
+    from opmatrix.probes.workloads.cache import second_process
+
+    ctx = SimpleNamespace(backend="cpu", device=None, adapter=SimpleNamespace(generation=None))
+    payload = {"workload": "mlp", "dtype": "float32", "seed": 0}
+    assert second_process(ctx, payload, "aot_eager").result.value == "not_applicable"
+    other = second_process(ctx, payload, "openxla")
+    assert other.result.value == "unknown" and "openxla" in other.evidence
 
 
 def tiny_factory():

@@ -94,6 +94,7 @@ class WorkerContext:
     options: dict[str, Any] = field(default_factory=dict)
     cache: dict[str, Any] = field(default_factory=dict)
     device: int | None = None
+    backend: str | None = None  # the --backend spec the adapter was built from (for child processes)
 
     def check_health(self, unit: str | None) -> None:
         """Raise :class:`WorkerPoisoned` blaming ``unit`` when the adapter's health check fails

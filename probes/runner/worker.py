@@ -135,7 +135,8 @@ def _setup(slot: int, spec: WorkerSpec) -> tuple[WorkerContext, dict[str, Any]]:
         adapter.select_device(spec.device)
     adapter.setup()
     adapter.health_baseline()  # before any probe: "poisoned" later needs this to have passed
-    ctx = WorkerContext(adapter=adapter, index=slot, options=dict(spec.options), device=spec.device)
+    ctx = WorkerContext(adapter=adapter, index=slot, options=dict(spec.options), device=spec.device,
+                        backend=spec.backend)
     identity = {
         # plain str: a TorchVersion would make the parent import torch to unpickle this message
         "torch": f"{torch.__version__} git={getattr(torch.version, 'git_version', None)}",

@@ -15,9 +15,17 @@ from typing import Any
 import torch
 
 from opmatrix.schema import CheckResult, FallbackState, Outcome
-from opmatrix.schema.workloads import HostFallback, StepResult, WorkloadRecord, WorkloadResult, WorkloadStep
+from opmatrix.schema.workloads import (
+    CompileCache,
+    HostFallback,
+    StepResult,
+    WorkloadRecord,
+    WorkloadResult,
+    WorkloadStep,
+)
 
 from . import compiled, steps
+from .cache import second_process
 from .catalog import DTYPES, WORKLOADS, build
 from .observe import copies_during, device_peak, host_rss, reset_peak
 
@@ -141,6 +149,14 @@ def handle(ctx: Any, task: Any, progress: Callable[[str], None], skip: Mapping[s
         state=FallbackState.observed if run.fallback_ops else FallbackState(run.fallback_state),
         ops=sorted(run.fallback_ops), copies=copies[0], copy_bytes=copies[1])
     comp = compiled.timings(run, stats, str(backend)) if backend is not None else None
+    if comp is not None:
+        inference = results.get(WorkloadStep.inference)
+        if inference is not None and inference.result is CheckResult.passed:
+            progress(f"{task.id}:compile_cache")
+            comp = comp.model_copy(update={"cache": second_process(ctx, dict(p), backend)})
+        else:
+            comp = comp.model_copy(update={"cache": CompileCache(
+                result=CheckResult.unknown, evidence="not tried: the compiled inference did not pass")})
     result = _result(task, _outcome(results), inputs=wl.input_desc, steps=results, host_fallback=fallback,
                      host_rss_bytes=host_rss(), device_peak_bytes=device_peak(ctx.adapter),
                      to_device_seconds=results[WorkloadStep.to_device].seconds, compile=comp)
