@@ -19,7 +19,7 @@ from opmatrix.schema import ArtifactError, Contract, load_contract, load_matrix,
 from opmatrix.schema.gate import GateResult
 from opmatrix.schema.text import terminal_text
 
-from .evaluate import evaluate_contract
+from .evaluate import evaluate_contract, identity_mismatch
 from .junit import render_junit
 from .summary import render_markdown, render_verdict
 
@@ -61,6 +61,11 @@ def gate(args: argparse.Namespace) -> int:
     if args.matrix:
         matrix = load_matrix(args.matrix)
         baseline = load_matrix(args.baseline) if args.baseline else None
+        for path, judged in ((args.matrix, matrix), (args.baseline, baseline)):
+            wrong = identity_mismatch(judged, contract) if judged is not None else None
+            if wrong is not None:  # the wrong pair of files: nothing to judge
+                raise ArtifactError([f"opmatrix gate: {path}: {wrong} ({args.contract}); gate a matrix of the "
+                                     "contract's backend, or use that backend's contract"])
         result = evaluate_contract(matrix, contract, baseline=baseline, today=today)
         # the verdict names the very matrix it judged: `report --gate` refuses it beside another matrix
         result = result.model_copy(update={"matrix_digest": matrix.digest()})

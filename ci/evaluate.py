@@ -50,7 +50,7 @@ from .requirements import claimed_keys, evaluate_check, evaluate_operators
 from .waivers import WaiverBook
 from .workloads import evaluate_workloads
 
-__all__ = ["LEVEL_NAMES", "evaluate_contract"]
+__all__ = ["LEVEL_NAMES", "evaluate_contract", "identity_mismatch"]
 
 #: The support levels of docs/levels.md#support-levels-0-7.
 LEVEL_NAMES: dict[int, str] = {
@@ -134,14 +134,23 @@ def _unique_ids(results: list[RequirementResult]) -> list[RequirementResult]:
     return out
 
 
-def _identity_check(matrix: Matrix, contract: Contract) -> GateCheck:
+def identity_mismatch(matrix: Matrix, contract: Contract) -> str | None:
+    """``"the contract is for X, the matrix is Y"`` when they name another backend or generation."""
     have = f"{matrix.backend.name}" + (f" {matrix.backend.generation}" if matrix.backend.generation else "")
     want = f"{contract.backend}" + (f" {contract.generation}" if contract.generation else "")
     if matrix.backend.name != contract.backend or (
         contract.generation is not None and matrix.backend.generation not in (None, contract.generation)
     ):
-        return GateCheck(name="identity", status=Status.failed, message=f"the contract is for {want}, the matrix is {have}")
-    return GateCheck(name="identity", status=Status.passed, message=f"matrix and contract are for {have}")
+        return f"the contract is for {want}, the matrix is {have}"
+    return None
+
+
+def _identity_check(matrix: Matrix, contract: Contract) -> GateCheck:
+    wrong = identity_mismatch(matrix, contract)
+    if wrong is not None:
+        return GateCheck(name="identity", status=Status.failed, message=wrong)
+    return GateCheck(name="identity", status=Status.passed, message=f"matrix and contract are for {matrix.backend.name}"
+                     + (f" {matrix.backend.generation}" if matrix.backend.generation else ""))
 
 
 def _cell_count_check(count: int, baseline_count: int | None, ratio: float) -> GateCheck:

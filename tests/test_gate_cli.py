@@ -42,6 +42,18 @@ def test_gate_blocks_g1_naming_cells(tmp_path: Path) -> None:
     assert "L2.ops.strided-inputs: aten.mul.Tensor float32 rank 1 noncontiguous eager: outcome wrong" in out.stdout
 
 
+def test_a_matrix_and_contract_of_different_backends_are_a_usage_error(tmp_path: Path) -> None:
+    """The wrong pair of files (g1's matrix, g2's contract; or a baseline of g1) exits 2 naming
+    both, and writes none of the outputs."""
+    g1, g2 = _write(tmp_path, "g1.yaml", g1_matrix()), _write(tmp_path, "g2.yaml", g2_matrix())
+    for matrix, extra in ((g1, []), (g2, ["--baseline", g1])):
+        out = run_cli("gate", "--matrix", matrix, "--contract", str(CONTRACTS / "refaccel-g2.yaml"), *extra,
+                      "--json", str(tmp_path / "r.json"), "--junit", str(tmp_path / "j.xml"))
+        assert out.returncode == 2, out.stdout + out.stderr
+        assert f"{g1}: the contract is for refaccel g2, the matrix is refaccel g1" in out.stderr
+        assert not (tmp_path / "r.json").exists() and not (tmp_path / "j.xml").exists()
+
+
 def test_gate_json_to_stdout(tmp_path: Path) -> None:
     """``--json`` without a file prints only the JSON result."""
     m = _write(tmp_path, "g1.yaml", g1_matrix())
