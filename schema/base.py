@@ -2,9 +2,34 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from typing import Annotated
 
-__all__ = ["Model", "RankRange"]
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+__all__ = ["Model", "Name", "RankRange", "Text", "printable"]
+
+
+def printable(value: str, what: str = "name") -> str:
+    """A name shown in terminals and pages: control characters (ESC, BEL, newlines ...) are refused."""
+    bad = next((ch for ch in value if not ch.isprintable()), None)
+    if bad is not None:
+        raise ValueError(f"{what} {value!r} contains the control character {bad!r}; names must be printable text")
+    return value
+
+
+def _text(value: str) -> str:
+    """Free text (a reason, a description): line breaks and tabs are fine, other control characters
+    (ESC sequences that repaint a terminal, BEL ...) are refused."""
+    bad = next((ch for ch in value if not ch.isprintable() and ch not in "\n\t"), None)
+    if bad is not None:
+        raise ValueError(f"text {value[:60]!r} contains the control character {bad!r}; write plain text")
+    return value
+
+
+#: a string shown as a name (ids, patterns, owners): printable characters only
+Name = Annotated[str, AfterValidator(printable)]
+#: free text: printable characters, line breaks and tabs
+Text = Annotated[str, AfterValidator(_text)]
 
 
 class Model(BaseModel):

@@ -28,7 +28,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from .base import Model, RankRange
+from .base import Model, Name, RankRange, Text
 from .distributed import DistributedRequirement
 from .enums import DType, ExecPath, FallbackPolicy, FlakyPolicy, Layout, Mode
 from .perf import CompatRequirement, PerfRequirement
@@ -44,7 +44,7 @@ class OperatorRequirement(Model):
     (``tag:core`` for PyTorch's ``core`` ATen tag, as recorded in the matrix's op source).
     """
 
-    ops: list[str] = Field(min_length=1)
+    ops: list[Name] = Field(min_length=1)
     dtypes: list[DType] = Field(min_length=1)
     ranks: RankRange | None = None
     layouts: list[Layout] = Field(default_factory=lambda: [Layout.contiguous])
@@ -59,14 +59,14 @@ class OperatorRequirement(Model):
         description="judge only the conditional groups compatible with these argument features, e.g. "
         "dim: last (default: every group, so the worst one decides)",
     )
-    name: str | None = None
+    name: Name | None = None
 
 
 class LevelRequirement(Model):
     """What one support level requires."""
 
     level: int = Field(ge=0, le=7)
-    checks: list[str] = Field(default_factory=list, description="runtime checks by name (levels 0-1)")
+    checks: list[Name] = Field(default_factory=list, description="runtime checks by name (levels 0-1)")
     operators: list[OperatorRequirement] = Field(default_factory=list)
     workloads: list[WorkloadRequirement | str] = Field(
         default_factory=list, description="levels 3/4: workload requirements (a bare name: it must run, eager float32)"
@@ -74,13 +74,13 @@ class LevelRequirement(Model):
     distributed: DistributedRequirement | None = Field(default=None, description="level 5: distributed cases")
     perf: PerfRequirement | None = Field(default=None, description="level 6: records vs the baseline's")
     compat: CompatRequirement | None = Field(default=None, description="level 7: the promised version window")
-    description: str | None = None
+    description: Text | None = None
 
 
 class ToleranceOverride(Model):
     """Per-op tolerance a contract accepts instead of the dtype default."""
 
-    op: str
+    op: Name
     dtypes: list[DType] = Field(default_factory=list)
     atol: float = Field(ge=0)
     rtol: float = Field(ge=0)
@@ -89,7 +89,7 @@ class ToleranceOverride(Model):
 class WaiverMatch(Model):
     """Which cells a waiver covers; an absent field matches anything."""
 
-    op: str = Field(description="fnmatch pattern over overload names")
+    op: Name = Field(description="fnmatch pattern over overload names")
     dtype: DType | None = None
     rank: int | None = None
     layout: Layout | None = None
@@ -101,8 +101,8 @@ class Waiver(Model):
     """An accepted exception with an owner and an expiry date."""
 
     match: WaiverMatch
-    reason: str = Field(min_length=1)
-    owner: str = Field(min_length=1)
+    reason: Text = Field(min_length=1)
+    owner: Name = Field(min_length=1)
     expires: dt.date
 
     def expired(self, today: dt.date) -> bool:
@@ -114,9 +114,9 @@ class Contract(Model):
     """A release's promised support level and its requirements."""
 
     schema_version: Literal[1] = 1
-    release: str = Field(min_length=1)
-    backend: str = Field(min_length=1)
-    generation: str | None = None
+    release: Name = Field(min_length=1)
+    backend: Name = Field(min_length=1)
+    generation: Name | None = None
     level: int = Field(ge=0, le=7, description="the promised support level")
     requirements: list[LevelRequirement] = Field(default_factory=list)
     fallback: FallbackPolicy = FallbackPolicy.allowed

@@ -25,7 +25,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from .base import Model, RankRange
+from .base import Model, RankRange, printable
 from .distributed import Distributed
 from .enums import (
     ApiService,
@@ -68,13 +68,6 @@ __all__ = [
 SCHEMA_VERSION = 1
 
 
-def _printable(value: str, what: str = "name") -> str:
-    """A name shown in terminals and pages: control characters (ESC, BEL, newlines ...) are refused."""
-    bad = next((ch for ch in value if not ch.isprintable()), None)
-    if bad is not None:
-        raise ValueError(f"{what} {value!r} contains the control character {bad!r}; names must be printable text")
-    return value
-
 Scalar = str | int | float | bool | None
 
 
@@ -89,7 +82,7 @@ class BackendId(Model):
     @field_validator("name", "device_type", "dispatch_key", "generation")
     @classmethod
     def _names(cls, value: str | None) -> str | None:
-        return value if value is None else _printable(value)
+        return value if value is None else printable(value)
 
 
 class OpSource(Model):
@@ -195,7 +188,7 @@ class FallbackEvidence(Model):
     @field_validator("ops")
     @classmethod
     def _op_names(cls, ops: list[str]) -> list[str]:
-        return [_printable(op, "fallback op") for op in ops]
+        return [printable(op, "fallback op") for op in ops]
 
 
 class Samples(Model):
@@ -239,7 +232,7 @@ class CellResult(Model):
     @field_validator("components")
     @classmethod
     def _component_names(cls, ops: list[str]) -> list[str]:
-        return [_printable(op, "component op") for op in ops]
+        return [printable(op, "component op") for op in ops]
     error: ErrorInfo | None = None
     note: str | None = None
 
@@ -345,7 +338,7 @@ class Matrix(Model):
     @classmethod
     def _task_names(cls, skipped: dict[str, str]) -> dict[str, str]:
         for name in skipped:
-            _printable(name, "skipped task")
+            printable(name, "skipped task")
         return skipped
 
     @field_validator("operators")

@@ -353,13 +353,30 @@ def test_gate_and_diff_never_print_raw_control_characters(tmp_path: Path, capsys
     contract = tmp_path / "c.yaml"
     contract.write_text(example_contract_path.read_text().replace("release: '2.1'", 'release: "2.1\\e[2J\\a"'))
     code, out, err = _cli(capsys, "gate", "--matrix", str(example_matrix_path), "--contract", str(contract),
-                          "--today", "2026-12-01")
-    assert code in (0, 1) and "\\x1b[2J\\x07" in out and "\x1b" not in out + err and "\x07" not in out + err
+                          "--today", "2026-12-01")  # a contract's names are refused like a matrix's
+    assert code == 2 and "control character" in err and "\\x1b[2J" in err
+    assert "\x1b" not in out + err and "\x07" not in out + err
     assert terminal_text("a\x1bb\x9bc\nd\te") == "a\\x1bb\\x9bc\nd\te"
     bad = tmp_path / "bad.yaml"
     bad.write_text(example_matrix_path.read_text().replace("aten.softmax.int:", '"aten.soft\\emax.int":'))
     code, out, err = _cli(capsys, "diff", str(example_matrix_path), str(bad))
     assert code == 2 and "\x1b" not in out + err
+
+
+def test_contract_names_must_be_printable_and_free_text_may_break_lines(tmp_path: Path,
+                                                                          example_contract_path: Path) -> None:
+    from opmatrix.schema import load_contract
+
+    data = yaml.safe_load(example_contract_path.read_text())
+    data["requirements"][0]["description"] = "first line\nsecond line\twith a tab"
+    ok = tmp_path / "ok.yaml"
+    ok.write_text(yaml.safe_dump(data))
+    assert load_contract(ok).requirements[0].description == "first line\nsecond line\twith a tab"
+    for field, value in (("backend", "ref\x1b]0;pwned\x07"), ("generation", "g2\n")):
+        bad = tmp_path / f"{field}.yaml"
+        bad.write_text(yaml.safe_dump({**data, field: value}))
+        with pytest.raises(ArtifactError, match="control character"):
+            load_contract(bad)
 
 
 # -- the cases that held -----------------------------------------------------------------------
