@@ -48,12 +48,18 @@ def _conds(boxes: Iterable[Entry], skip: str = "dtype") -> str:
 
 
 def _paths(ok: Sequence[Entry]) -> str:
-    """``native for dim=last on contiguous input, composite otherwise (amax, ...)``."""
+    """``native for dim=last on contiguous input, composite otherwise (amax, ...)``; when the
+    input dtype alone separates the paths, each path names its dtypes: ``native for bf16, fp32,
+    fallback for fp64 (atan2)``."""
     order = sorted({b.path for b in ok})
+    groups = {path: [b for b in ok if b.path is path] for path in order}
+    dtype_sets = [{d for b in boxes for d in b.dtypes} for boxes in groups.values()]
+    by_dtype = len(order) > 1 and all(a.isdisjoint(b) for i, a in enumerate(dtype_sets) for b in dtype_sets[i + 1:])
     texts = []
-    for i, path in enumerate(order):
-        boxes = [b for b in ok if b.path is path]
-        if i == 0 and len(order) > 1:
+    for i, (path, boxes) in enumerate(groups.items()):
+        if by_dtype:
+            text = f"{path.value} for {_dtypes(boxes)}"
+        elif i == 0 and len(order) > 1:
             conds = _conds(boxes)
             layouts = sorted({x.value for b in boxes for x in b.layouts}, key=lambda v: v)
             text = path.value + (f" for {conds}" if conds else "") + f" on {', '.join(layouts)} input"

@@ -4,12 +4,14 @@ Each test runs ``opmatrix probe --backend tests.toyaccel:ToyAdapter`` in a subpr
 spawned workers, a real PrivateUse1 registration in each) and checks every cell against the
 truth toyaccel declares: host fallback from *inside* registered kernels (by dtype, by rank),
 fallback in backward, a composite whose component fell back, a minimal opset with no boxed
-fallback, and a fault on a common op.
+fallback, a fault on a common op, and a C++ kernel (``tests/toyaccel_kernels.cpp``) that falls
+back to the host from inside for one dtype and crashes on empty inputs.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -149,3 +151,48 @@ def test_fault_on_a_common_op_erases_nothing(tmp_path: Path) -> None:
     probed = sum(e["samples"]["probed"] for e in mul)
     crashes = [line for line in (proc.stdout + proc.stderr).splitlines() if "crashed (SIGSEGV): task mul" in line]
     assert probed == len(crashes), (probed, crashes)  # each crash is one cell sample, nothing more
+
+
+def _kernel_build_dir() -> Path:
+    """Outside the clone, like the xla environment: torch's builder rebuilds when the source changes."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "opmatrix-tests" / f"toyaccel-kernels-torch{torch_version()}"
+
+
+def torch_version() -> str:
+    import torch
+
+    return torch.__version__.split("+")[0]
+
+
+def test_a_cpp_kernel_that_falls_back_from_inside_is_fallback_and_its_crash_stays_on_its_samples(
+        tmp_path: Path) -> None:
+    """atan2 in C++ (ATen API, the dispatcher, no Python on the call path): float32 native,
+    float64 copies to the host inside the kernel (fallback, with the copies counted), int32 a clean
+    rejection; the empty-input samples crash the worker and every other sample keeps its result."""
+    if shutil.which(os.environ.get("CXX", "c++")) is None:
+        pytest.fail("no C++ compiler: this test builds tests/toyaccel_kernels.cpp (install g++; see README)")
+    from .toyaccel import build_cpp_kernels
+
+    library = build_cpp_kernels(_kernel_build_dir())
+    proc, matrix = _probe(tmp_path / "out", "atan2", "float32,float64,int32", TOYACCEL_CPP_KERNELS=library)
+    assert proc.returncode == 1, proc.stdout[-2000:]  # faults were found and recorded
+    for dtype, path in (("float32", "native"), ("float64", "fallback"), ("int32", "rejected")):
+        for rank, entries in _cells(matrix, "aten.atan2.default", dtype).items():
+            assert {e["path"] for e in entries} == {path}, (dtype, rank, entries)
+            for e in entries:
+                passed, probed = e["samples"]["passed"], e["samples"]["probed"]
+                if e["outcome"] == "crashed":  # only the empty samples crashed; the rest kept their results
+                    assert probed - passed == 1 and passed >= 1, e
+                else:
+                    assert e["outcome"] == "ok" and passed == probed, e
+    f64 = [e for es in _cells(matrix, "aten.atan2.default", "float64").values() for e in es]
+    assert all(e["fallback"]["state"] == "observed" and "aten::atan2" in e["fallback"]["ops"] for e in f64)
+    assert all((e["fallback"].get("copies_per_call") or 0) >= 3 for e in f64)  # two inputs in, one result back
+    f32 = [e for es in _cells(matrix, "aten.atan2.default", "float32").values() for e in es]
+    # a cell holding the crashed sample cannot say what that sample did: unknown, never not_observed
+    assert all(e["fallback"].get("state", "unknown") == ("unknown" if e["outcome"] == "crashed" else "not_observed")
+               for e in f32)
+    crashed = [e for dt in ("float32", "float64", "int32")
+               for es in _cells(matrix, "aten.atan2.default", dt).values() for e in es if e["outcome"] == "crashed"]
+    assert len(crashed) == 3, crashed  # one cell per dtype holds the empty sample

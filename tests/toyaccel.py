@@ -17,6 +17,9 @@ a handful of elementwise ``.out`` kernels (add, mul, sub, neg, abs), no boxed fa
 other op is a clean "could not run" rejection.
 
 ``TOYACCEL_FAULT=crash:mul`` (or ``abort``, ``hang``) makes the ``mul`` kernel fault.
+``TOYACCEL_CPP_KERNELS=PATH`` loads C++ kernels (``tests/toyaccel_kernels.cpp``, built by
+:func:`build_cpp_kernels`) into the ``fallback`` flavour: ``atan2``, native for float32/16, host
+fallback from inside the C++ kernel for float64, rejected for integers, a crash on empty inputs.
 The probe reaches it with ``--backend tests.toyaccel:ToyAdapter`` (workers import it).
 """
 
@@ -284,6 +287,23 @@ def install() -> None:
     fallback = torch.library.Library("_", "IMPL")
     fallback.fallback(boxed_fallback, "PrivateUse1")
     _KEEP.append(fallback)
+    if os.environ.get("TOYACCEL_CPP_KERNELS"):
+        torch.ops.load_library(os.environ["TOYACCEL_CPP_KERNELS"])
+
+
+def build_cpp_kernels(build_dir: str | os.PathLike[str]) -> str:
+    """Compile ``tests/toyaccel_kernels.cpp`` into a shared library (cached in ``build_dir`` by
+    torch's extension builder, which rebuilds when the source changes); returns its path."""
+    from pathlib import Path
+
+    from torch.utils.cpp_extension import load
+
+    source = Path(__file__).with_name("toyaccel_kernels.cpp")
+    Path(build_dir).mkdir(parents=True, exist_ok=True)
+    load(name="toyaccel_kernels", sources=[str(source)], build_directory=str(build_dir), is_python_module=False,
+         verbose=False)
+    # torch's builder names a rebuilt library toyaccel_kernels_v1.so, _v2 ...: the newest is this source's
+    return str(max(Path(build_dir).glob("toyaccel_kernels*.so"), key=lambda f: f.stat().st_mtime))
 
 
 class ToyAdapter(Adapter):

@@ -1,0 +1,42 @@
+// toyaccel's C++ kernels: a registered PrivateUse1 kernel written the way vendor plugins write
+// theirs, through ATen's C++ API and the dispatcher (no Python on the call path).
+//
+// aten::atan2 on toyaccel (the declared truth, checked by tests/test_truth_toyaccel.py):
+// - float32, float16, bfloat16: computed over the device's own memory (native; toyaccel's device
+//   memory is host memory, as for OpenReg, so the kernel views it as host tensors: no copies);
+// - float64: the kernel copies its inputs to the host, computes there and copies the result
+//   back, like torch_xla's kernels calling at::native::cpu_fallback (host fallback from inside);
+// - integer and bool inputs: a clean TORCH_CHECK rejection;
+// - an empty input kills the process (SIGSEGV), like torch_xla 2.9's roll of an empty tensor.
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <csignal>
+
+namespace {
+
+at::Tensor host_view(const at::Tensor& t) {
+  return at::from_blob(t.data_ptr(), t.sizes(), t.strides(),
+                       at::TensorOptions().dtype(t.scalar_type()).device(at::kCPU));
+}
+
+at::Tensor atan2_kernel(const at::Tensor& self, const at::Tensor& other) {
+  if (self.numel() == 0 || other.numel() == 0) {
+    std::raise(SIGSEGV);
+  }
+  TORCH_CHECK(at::isFloatingType(self.scalar_type()) && at::isFloatingType(other.scalar_type()),
+              "atan2: ", self.scalar_type(), " inputs are not supported on toyaccel");
+  if (self.scalar_type() == at::kDouble || other.scalar_type() == at::kDouble) {
+    return at::atan2(self.cpu(), other.cpu()).to(self.device());
+  }
+  at::Tensor result = at::atan2(host_view(self), host_view(other));
+  at::Tensor out = at::empty(result.sizes(), self.options().dtype(result.scalar_type()));
+  host_view(out).copy_(result);
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("atan2", &atan2_kernel);
+}
