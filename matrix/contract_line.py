@@ -91,9 +91,13 @@ def _problems(boxes: Sequence[Entry]) -> list[str]:
     wrong = [b for b in boxes if b.outcome is Outcome.wrong]
     if wrong:
         out.append(f"WRONG values for {_dtypes(wrong)}")
-    faults = sorted({b.outcome.value for b in boxes if b.outcome not in (Outcome.ok, Outcome.wrong)})
-    if faults:
-        out.append(f"FAULTS ({', '.join(faults)})")
+    faulted = [b for b in boxes if b.outcome not in (Outcome.ok, Outcome.wrong)]
+    if faulted:
+        kinds = ", ".join(sorted({b.outcome.value for b in faulted}))
+        # faults confined to one condition (input=empty: torch_xla's roll) say so
+        conds = {tuple(sorted(b.conditions.items())) for b in faulted}
+        where = f" when {_conds(faulted)}" if len(conds) == 1 and () not in conds else ""
+        out.append(f"FAULTS ({kinds}{where})")
     return out
 
 

@@ -21,13 +21,17 @@ vocabulary is closed and small on purpose:
 - ``None`` -> ``none``.
 - ``dtype`` (an explicit output dtype): its name, e.g. ``float64``; always recorded when given,
   and ``none`` when a query does not pass it.
+- ``input``: ``empty`` when the op's input tensor has no elements, else ``nonempty``. Recorded
+  only to keep a fault that happens on empty inputs alone (torch_xla's ``roll`` dies on them) off
+  the samples that ran: the cell splits into an ``input: empty`` group and an ``input: nonempty``
+  one. A query by argument values cannot evaluate it and answers for both groups.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-__all__ = ["ALWAYS_RECORDED", "ArgValue", "DEFAULT_LABELS", "TENSOR", "features_of", "matches", "describe"]
+__all__ = ["ALWAYS_RECORDED", "ArgValue", "DEFAULT_LABELS", "INPUT", "TENSOR", "features_of", "matches", "describe"]
 
 #: Marker the probes use for a tensor-valued argument (tensors never reach the schema).
 TENSOR = "<tensor>"
@@ -58,6 +62,8 @@ def _dim_label(value: object, rank: int | None) -> str | None:
 #: arguments whose value is recorded as a condition whenever it is given (not only when it
 #: separates paths): an explicit output ``dtype`` changes what the op computes
 ALWAYS_RECORDED = frozenset({"dtype"})
+#: the input-emptiness feature (``empty`` / ``nonempty``): separates faults only, never paths
+INPUT = "input"
 #: labels of optional arguments when a query does not pass them
 DEFAULT_LABELS = {"dtype": "none"}
 

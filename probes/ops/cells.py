@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from opmatrix.schema import (
+    PROCESS_FAULTS,
     Autograd,
     CellRecord,
     CellResult,
@@ -28,7 +29,7 @@ from opmatrix.schema import (
     ReferenceKind,
     Samples,
 )
-from opmatrix.schema.conditions import ALWAYS_RECORDED
+from opmatrix.schema.conditions import ALWAYS_RECORDED, INPUT
 
 __all__ = ["SampleResult", "cells_from_samples"]
 
@@ -65,7 +66,7 @@ class SampleResult:
 
 
 def _separating_feature(samples: list[SampleResult]) -> str | None:
-    names = set.intersection(*(set(s.features) for s in samples)) - ALWAYS_RECORDED
+    names = set.intersection(*(set(s.features) for s in samples)) - ALWAYS_RECORDED - {INPUT}
     ordered = [n for n in _PREFERRED if n in names] + sorted(names - set(_PREFERRED))
     for name in ordered:
         by_label: dict[str, set[ExecPath]] = defaultdict(set)
@@ -74,6 +75,20 @@ def _separating_feature(samples: list[SampleResult]) -> str | None:
         if len(by_label) > 1 and all(len(paths) == 1 for paths in by_label.values()):
             return name
     return None
+
+
+def _fault_split(samples: list[SampleResult]) -> str | None:
+    """``input`` when the samples that faulted (crashed, hung ...) are exactly those with an empty
+    input: the fault then gets its own ``input: empty`` group and the rest keep their results."""
+    faulted = [s.outcome.fault in PROCESS_FAULTS for s in samples]
+    if all(faulted) or not any(faulted):
+        return None
+    labels = [s.features.get(INPUT) for s in samples]
+    if None in labels:
+        return None
+    bad = {label for label, f in zip(labels, faulted, strict=True) if f}
+    good = {label for label, f in zip(labels, faulted, strict=True) if not f}
+    return INPUT if bad == {"empty"} and good == {"nonempty"} else None
 
 
 def _fallback(samples: list[SampleResult]) -> FallbackEvidence:
@@ -164,6 +179,7 @@ def cells_from_samples(samples: Iterable[SampleResult], dtype: str) -> list[Cell
         groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2].value, kv[0][3].value, kv[0][4])
     ):
         feature = _separating_feature(group) if len({s.path for s in group}) > 1 else None
+        feature = feature or _fault_split(group)
         if feature is None:
             parts = [(dict(fixed), group)]
         else:

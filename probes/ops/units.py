@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from opmatrix.schema import TENSOR, Layout, UnitId, features_of
+from opmatrix.schema.conditions import INPUT
 
 from . import observe
 from .layouts import primary_tensor, to_device, transform_sample
@@ -53,7 +54,10 @@ def _named_features(overload: str, values: Any, rank: int) -> dict[str, str]:
                  else v) for k, v in named.items()}
     plain.pop("self", None)
     plain.pop("input", None)
-    return features_of(plain, rank)
+    out = features_of(plain, rank)
+    if isinstance(inp, torch.Tensor):
+        out[INPUT] = "empty" if inp.numel() == 0 else "nonempty"
+    return out
 
 
 @dataclass
