@@ -168,8 +168,8 @@ class TestPaths:
 
 def test_an_input_that_kills_the_process_is_crashed_on_its_cell_and_nothing_else_is_lost(tmp_path: Path):
     """torch_xla 2.9 dies by SIGFPE compiling ``roll`` of an empty (0, 0, 0) tensor (OpInfo's first
-    roll sample): that unit is ``crashed`` with its signal, the task's other samples and layouts and
-    the next task are all recorded."""
+    roll sample): that unit is ``crashed`` with its signal in the cell's ``input: empty`` group; the
+    task's other samples and layouts and the next task are all recorded."""
     options = {"compile": "off", "autograd": False, "max_samples": 2, "layouts": ["contiguous", "transposed"]}
     tasks = [
         Task("roll|float32", "op", {"source": "roll", "dtype": "float32", "options": options}, order=0),
@@ -179,16 +179,19 @@ def test_an_input_that_kills_the_process_is_crashed_on_its_cell_and_nothing_else
     lines = (tmp_path / "journal.jsonl").read_text().splitlines()
     records = {r["task"]: r for r in map(json.loads, lines[1:])}
     assert sorted(records) == ["add|float32", "roll|float32"]
-    roll = {(c["rank"], c["layout"]): c["result"] for c in records["roll|float32"]["cells"]}
-    crashed = roll[(3, "contiguous")]
+    roll = {(c["rank"], c["layout"], c["result"]["conditions"].get("input")): c["result"]
+            for c in records["roll|float32"]["cells"]}
+    # the crash hit exactly the empty sample: the cell splits, the empty group holds the fault
+    crashed, ran = roll[(3, "contiguous", "empty")], roll[(3, "contiguous", "nonempty")]
     assert crashed["outcome"] == "crashed"
     assert crashed["error"]["signal"] == "SIGFPE"
     assert "Floating point exception" in crashed["error"]["message"]
-    # the (5, 5, 5) sample of the same cell ran after the worker was replaced
-    assert (crashed["samples"]["probed"], crashed["samples"]["passed"]) == (2, 1)
+    assert (crashed["samples"]["probed"], crashed["samples"]["passed"]) == (1, 0)
     # the crashed sample keeps the kernel the dispatcher chose (XLA's roll), never "rejected"
     assert crashed["path"] == "native" and not crashed["samples"].get("by_path")
-    assert (roll[(3, "transposed")]["path"], roll[(3, "transposed")]["outcome"]) == ("native", "ok")
+    # the (5, 5, 5) sample of the same cell ran after the worker was replaced
+    assert (ran["path"], ran["outcome"], ran["samples"]["probed"], ran["samples"]["passed"]) == ("native", "ok", 1, 1)
+    assert (roll[(3, "transposed", None)]["path"], roll[(3, "transposed", None)]["outcome"]) == ("native", "ok")
     add = records["add|float32"]["cells"]
     assert add and {(c["result"]["path"], c["result"]["outcome"]) for c in add} == {("native", "ok")}
     assert (summary.restarts, summary.faults.get("crashed")) == (1, 1)
