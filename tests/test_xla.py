@@ -197,6 +197,23 @@ def test_an_input_that_kills_the_process_is_crashed_on_its_cell_and_nothing_else
     assert (summary.restarts, summary.faults.get("crashed")) == (1, 1)
 
 
+def test_a_failed_graph_does_not_poison_the_ops_after_it(tmp_path: Path):
+    """linalg.pinv's failing samples used to leave a broken lazy tensor alive in an exception's
+    reference cycle; torch_xla then failed every later sync ("Check failed: tensor_data") and every
+    later op of the worker read ``error``. The engine now frees failed calls' leftovers: special.i1
+    after pinv in the same worker runs as it does in a fresh one."""
+    options = {"compile": "off", "autograd": False, "layouts": ["contiguous"]}
+    tasks = [Task(f"{src}|float32", "op", {"source": src, "dtype": "float32", "options": options}, order=i)
+             for i, src in enumerate(["linalg.pinv", "special.i1"])]
+    run(tasks, backend="xla", out_dir=tmp_path, workers=1, timeout=300, progress=False)
+    records = {r["task"]: r for r in map(json.loads, (tmp_path / "journal.jsonl").read_text().splitlines()[1:])}
+    pinv = [c["result"] for c in records["linalg.pinv|float32"]["cells"]]
+    assert any(r["outcome"] == "error" for r in pinv)  # the failures that used to poison the worker
+    assert all("tensor_data" not in (r.get("error") or {}).get("message", "") for r in pinv)
+    i1 = [c["result"] for c in records["special.i1|float32"]["cells"]]
+    assert i1 and {r["outcome"] for r in i1} == {"ok"}, i1
+
+
 # -- the CLI ------------------------------------------------------------------------------------
 
 

@@ -17,6 +17,7 @@ units an earlier fault rules out are listed as not run (:mod:`.faults`).
 from __future__ import annotations
 
 import contextlib
+import gc
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -157,11 +158,15 @@ class _TaskRun:
                 ref, no_ref = None, f"the CPU reference rejects this input ({type(exc).__name__}: {str(exc)[:120]})"
                 self.invalid += 1
         self.progress(uid)
+        before = len(self.results)
         eager = self._eager(unit, ref, no_ref, own)
         self.results.append(eager)
         if ref is not None:
             self._backward(unit, eager)
             self._maybe_compile(unit, ref, eager)
+        if not self.st.adapter.is_host and any(_raised(r) for r in self.results[before:]):
+            release_failed_calls()
+
 
     def _backward(self, unit: Unit, eager: SampleResult) -> None:
         """First-order backward as its own unit (budgeted per cell): a fault there is the
@@ -230,6 +235,23 @@ class _TaskRun:
         )
 
 
+def _raised(result: SampleResult) -> bool:
+    """Whether a device call of this unit raised (forward, backward or compiled)."""
+    grad = result.autograd
+    return result.error is not None or (grad is not None and grad.outcome is not Outcome.ok)
+
+
+def release_failed_calls(full: bool = False) -> None:
+    """Free what a failed device call left alive in reference cycles (the exception's traceback
+    holds the frames, the frames hold device tensors). On a lazy device such a tensor is still
+    part of the next graph: torch_xla then fails every later sync with "Check failed:
+    tensor_data", every op after the failure reads ``error`` and the process looks poisoned
+    while it is not (a fresh process runs the same ops). The young generations after each failed
+    unit cost microseconds; a full collection (a fifth of a second with OpInfo loaded) runs once
+    at the end of a task that had failures. The host adapter keeps no device state: not needed."""
+    gc.collect(2 if full else 1)
+
+
 def probe_task(adapter_or_ctx: Any, source: str, dtype_name: str, *, options: Mapping[str, Any] | None = None,
                progress: Callable[[str], None] | None = None, skip: Mapping[str, Any] | None = None,
                skip_rest: Any = None) -> TaskRecord:
@@ -252,6 +274,8 @@ def probe_task(adapter_or_ctx: Any, source: str, dtype_name: str, *, options: Ma
     run = _TaskRun(st, entry, dtype_name, opts, SkipPlan(skip, skip_rest), progress)
     for unit in units(st, entry, samples, opts, values_undefined(entry, dtype)):
         run.unit(unit)
+    if not st.adapter.is_host and any(_raised(r) for r in run.results):
+        release_failed_calls(full=True)
     st.overloads.flush(every=5.0)  # a worker killed before the next merge only costs a re-record
     return run.record(tid, source, started)
 
