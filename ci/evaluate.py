@@ -134,10 +134,14 @@ def _unique_ids(results: list[RequirementResult]) -> list[RequirementResult]:
     return out
 
 
+def _named(backend: str, generation: str | None) -> str:
+    return backend + (f" {generation}" if generation else "")
+
+
 def identity_mismatch(matrix: Matrix, contract: Contract) -> str | None:
     """``"the contract is for X, the matrix is Y"`` when they name another backend or generation."""
-    have = f"{matrix.backend.name}" + (f" {matrix.backend.generation}" if matrix.backend.generation else "")
-    want = f"{contract.backend}" + (f" {contract.generation}" if contract.generation else "")
+    have = _named(matrix.backend.name, matrix.backend.generation)
+    want = _named(contract.backend, contract.generation)
     if matrix.backend.name != contract.backend or (
         contract.generation is not None and matrix.backend.generation not in (None, contract.generation)
     ):
@@ -149,8 +153,8 @@ def _identity_check(matrix: Matrix, contract: Contract) -> GateCheck:
     wrong = identity_mismatch(matrix, contract)
     if wrong is not None:
         return GateCheck(name="identity", status=Status.failed, message=wrong)
-    return GateCheck(name="identity", status=Status.passed, message=f"matrix and contract are for {matrix.backend.name}"
-                     + (f" {matrix.backend.generation}" if matrix.backend.generation else ""))
+    return GateCheck(name="identity", status=Status.passed,
+                     message=f"matrix and contract are for {_named(matrix.backend.name, matrix.backend.generation)}")
 
 
 def _cell_count_check(count: int, baseline_count: int | None, ratio: float) -> GateCheck:

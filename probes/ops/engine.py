@@ -129,6 +129,7 @@ class _TaskRun:
         self.compile_done: dict[Any, bool] = {}
         self.representative_done = False
         self.invalid = 0
+        self.failed_units = 0  # units whose device call raised (their leftovers are freed)
         #: each sample's CPU reference, from its first layout: most layouts change memory, not values
         self.references: dict[tuple[str, bool], Reference] = {}
         self.gradients: dict[tuple[str, bool], Any] = {}  # and its CPU gradients
@@ -165,6 +166,7 @@ class _TaskRun:
             self._backward(unit, eager)
             self._maybe_compile(unit, ref, eager)
         if not self.st.adapter.is_host and any(_raised(r) for r in self.results[before:]):
+            self.failed_units += 1
             release_failed_calls()
 
 
@@ -274,7 +276,7 @@ def probe_task(adapter_or_ctx: Any, source: str, dtype_name: str, *, options: Ma
     run = _TaskRun(st, entry, dtype_name, opts, SkipPlan(skip, skip_rest), progress)
     for unit in units(st, entry, samples, opts, values_undefined(entry, dtype)):
         run.unit(unit)
-    if not st.adapter.is_host and any(_raised(r) for r in run.results):
+    if run.failed_units:
         release_failed_calls(full=True)
     st.overloads.flush(every=5.0)  # a worker killed before the next merge only costs a re-record
     return run.record(tid, source, started)

@@ -75,6 +75,7 @@ def _child(spec: dict[str, Any]) -> dict[str, Any]:
     from opmatrix.backend.registry import get_adapter
 
     from .catalog import DTYPES, build
+    from .compare import to_device
     from .steps import forward
 
     torch.set_num_threads(1)
@@ -85,7 +86,7 @@ def _child(spec: dict[str, Any]) -> dict[str, Any]:
     wl = build(spec["workload"], DTYPES[spec["dtype"]], spec["seed"])
     device = adapter.device()
     model = wl.model.to(device).eval()
-    inputs = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in wl.inputs)
+    inputs = to_device(wl.inputs, device)
     compiled: Any = torch.compile(model, backend=spec["compile_backend"])
     start = time.perf_counter()
     with torch.no_grad():
