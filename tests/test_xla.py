@@ -214,6 +214,19 @@ def test_a_failed_graph_does_not_poison_the_ops_after_it(tmp_path: Path):
     assert i1 and {r["outcome"] for r in i1} == {"ok"}, i1
 
 
+def test_to_sparse_keeps_its_observed_fallback_when_the_copy_back_fails(tmp_path: Path):
+    """torch_xla's to_sparse runs on the host, then cannot bring the sparse result back (XLA has no
+    sparse tensors): the error reads like a rejection, but the CPU computes the sample and the
+    host did the work, so the cell is fallback with outcome error and its copies, not rejected."""
+    options = {"compile": "off", "autograd": False, "layouts": ["contiguous"], "max_samples": 2}
+    tasks = [Task("to_sparse|float32", "op", {"source": "to_sparse", "dtype": "float32", "options": options})]
+    run(tasks, backend="xla", out_dir=tmp_path, workers=1, timeout=300, progress=False)
+    record = json.loads((tmp_path / "journal.jsonl").read_text().splitlines()[1])
+    cells = [c["result"] for c in record["cells"]]
+    assert cells and {(r["path"], r["outcome"]) for r in cells} == {("fallback", "error")}, cells
+    assert all(r["fallback"]["state"] == "observed" and r["error"]["message"] for r in cells)
+
+
 # -- the CLI ------------------------------------------------------------------------------------
 
 

@@ -45,13 +45,24 @@ __all__ = ["ProbeOptions", "handle", "probe_task", "task_id"]
 _Reference, _Unit, _judge, _post, _reference, _to_cpu = Reference, Unit, judge, post, reference, to_cpu
 
 
-def _failed(st: EngineState, unit: Unit, uid: str, dc: DeviceCall, result: SampleResult, dname: str) -> None:
-    """A device call that raised: rejected, or a fault; fallback seen before the error is kept."""
+def _failed(st: EngineState, unit: Unit, uid: str, dc: DeviceCall, result: SampleResult, dname: str,
+            host_computes: bool) -> None:
+    """A device call that raised: rejected, or a fault; fallback seen before the error is kept.
+
+    ``host_computes``: the CPU reference computed this sample. An error that reads like a clean
+    rejection after the op already ran on the host is then not a rejection: the host did the
+    work and the device's side failed (torch_xla's to_sparse copies a sparse host result back to a
+    device that has no sparse tensors), so the cell is fallback with outcome error. When the CPU
+    rejects the sample too, the host's own rejection came through the fallback: rejected."""
     assert dc.error is not None
     fault = fault_from_exception(st, uid, dc.error)
     result.error = error_info(dc.error, unit.overload, st.adapter.device_type, dname)
     apply_evidence(result, dc)
-    if fault is None:  # a clean rejection (its fallback evidence, if any, stays recorded)
+    if fault is None and dc.fell_back and host_computes:
+        result.path, result.outcome = ExecPath.fallback, Outcome.error
+        result.note = "; ".join(filter(None, [result.note, "ran on the host, then the device side failed "
+                                              "(the CPU computes this sample)"]))
+    elif fault is None:  # a clean rejection (its fallback evidence, if any, stays recorded)
         result.path, result.outcome = ExecPath.rejected, Outcome.ok
     elif dc.fell_back:  # the op ran (partly) on the host, then failed: both are evidence
         result.path, result.outcome = ExecPath.fallback, fault
@@ -98,7 +109,7 @@ def probe_eager(st: EngineState, entry: OpEntry, unit: Unit, dtype: torch.dtype,
     if dc.observed.state is FallbackState.observed:
         st.traced[key] = -10**6  # fallback seen here: keep measuring its transfers
     if dc.error is not None:
-        _failed(st, unit, uid, dc, result, str(dtype).removeprefix("torch."))
+        _failed(st, unit, uid, dc, result, str(dtype).removeprefix("torch."), ref is not None)
         if ref is None:
             result.note = "; ".join(filter(None, [result.note, f"no reference: {no_ref}"]))
         return result
