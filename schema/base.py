@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-__all__ = ["Model", "Name", "RankRange", "Text", "printable"]
+from .text import recorded_text
+
+__all__ = ["Message", "Model", "Name", "RankRange", "Text", "printable"]
 
 
 def printable(value: str, what: str = "name") -> str:
@@ -30,6 +32,9 @@ def _text(value: str) -> str:
 Name = Annotated[str, AfterValidator(printable)]
 #: free text: printable characters, line breaks and tabs
 Text = Annotated[str, AfterValidator(_text)]
+#: text a backend or a child process wrote (error messages, notes quoting them): kept, with control
+#: characters and lone surrogates escaped (evidence is recorded, not refused)
+Message = Annotated[str, BeforeValidator(recorded_text)]
 
 
 class Model(BaseModel):

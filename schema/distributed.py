@@ -31,7 +31,7 @@ import enum
 
 from pydantic import Field
 
-from .base import Model
+from .base import Message, Model
 from .enums import DType, ExecPath
 
 __all__ = [
@@ -94,7 +94,7 @@ class DistCase(Model):
     detect_seconds: float | None = Field(default=None, ge=0, description="failure cases: time to the error")
     timeout_seconds: float | None = Field(default=None, ge=0, description="the process group's configured timeout")
     poison_scope: PoisonScope = PoisonScope.none
-    error: str | None = Field(default=None, description="error text (first rank that raised)")
+    error: Message | None = Field(default=None, description="error text (first rank that raised)")
     evidence: dict[str, Scalar] = Field(default_factory=dict)
 
 

@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from .base import Model
+from .base import Message, Model
 from .enums import DType, Layout, Mode, Outcome
 from .matrix import CellResult, ErrorInfo, Evidence, Runtime, RuntimeCheck
 
@@ -46,8 +46,8 @@ class TaskRecord(Model):
     attempts: int = Field(default=1, ge=1)
     seconds: float = Field(default=0.0, ge=0)
     worker: int | None = None
-    skipped: str | None = Field(default=None, description="why nothing was probed (e.g. no samples)")
-    not_run: dict[str, str] = Field(
+    skipped: Message | None = Field(default=None, description="why nothing was probed (e.g. no samples)")
+    not_run: dict[str, Message] = Field(
         default_factory=dict,
         description="units (sample/layout/mode) that never ran, with the reason; never cells, never counted as probed",
     )

@@ -25,7 +25,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from .base import Model, RankRange, printable
+from .base import Message, Model, RankRange, printable
 from .distributed import Distributed
 from .enums import (
     ApiService,
@@ -128,8 +128,8 @@ class RuntimeCheck(Model):
     name: str = Field(min_length=1)
     level: int = Field(ge=0, le=7)
     result: CheckResult
-    evidence: str = ""
-    advice: str | None = Field(default=None, description="what to do next when it did not pass")
+    evidence: Message = ""
+    advice: Message | None = Field(default=None, description="what to do next when it did not pass")
     via: str | None = Field(default=None, description="API path used, e.g. torch.accelerator")
 
 
@@ -138,7 +138,7 @@ class ApiCoverage(Model):
 
     api: str
     service: ApiService
-    detail: str = ""
+    detail: Message = ""
 
 
 class Runtime(Model):
@@ -168,8 +168,8 @@ class Numerics(Model):
 class ErrorInfo(Model):
     """An exception (or a signal) met while probing."""
 
-    type: str
-    message: str
+    type: Message
+    message: Message
     actionable: bool = Field(description="names the op and the dtype or device")
     signal: str | None = None
 
@@ -234,7 +234,7 @@ class CellResult(Model):
     def _component_names(cls, ops: list[str]) -> list[str]:
         return [printable(op, "component op") for op in ops]
     error: ErrorInfo | None = None
-    note: str | None = None
+    note: Message | None = None
 
 
 class EntryPart(Model):
@@ -253,7 +253,7 @@ class EntryPart(Model):
     numerics: Numerics | None = None
     samples: Samples
     error: ErrorInfo | None = None
-    note: str | None = None
+    note: Message | None = None
 
 
 #: the fields an :class:`EntryPart` gives its box (the rest come from the entry)

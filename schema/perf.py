@@ -28,7 +28,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from .base import Model
+from .base import Message, Model
 from .enums import FallbackPolicy, FallbackState
 
 __all__ = [
@@ -224,7 +224,7 @@ class CompatCheck(Model):
     name: str
     ok: bool
     seconds: float = Field(ge=0)
-    detail: str = ""
+    detail: Message = ""
 
 
 class CompatRun(Model):
@@ -235,7 +235,7 @@ class CompatRun(Model):
     environment: str = Field(description="the interpreter used (outside the clone)")
     checks: list[CompatCheck] = Field(default_factory=list)
     cells: dict[str, str] = Field(default_factory=dict, description="cell label -> 'path/outcome'")
-    error: str | None = None
+    error: Message | None = None
 
 
 def torch_version_key(text: str) -> tuple[int, ...]:

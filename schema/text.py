@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["terminal_text"]
+__all__ = ["recorded_text", "terminal_text"]
 
 # C0 and C1 controls and DEL, but not newline and tab (the layout of the text itself)
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -20,3 +20,12 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 def terminal_text(text: str) -> str:
     """``text`` with every control character (but newline and tab) written as a ``\\xNN`` escape."""
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def recorded_text(text: object) -> object:
+    """Text a backend wrote (an exception's message, a worker's last output) as a record keeps it:
+    lone surrogates (which no UTF-8 file or JSON line can hold) and control characters become
+    visible escapes, so a hostile message is evidence, never a crash of the writer or a terminal."""
+    if not isinstance(text, str):
+        return text  # the field's own type check names what is wrong
+    return terminal_text(text.encode("utf-8", "backslashreplace").decode("utf-8"))

@@ -24,7 +24,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field
 
-from .base import Model
+from .base import Message, Model
 from .enums import CheckResult, DType, FallbackState, Mode, Outcome
 
 __all__ = ["WorkloadStep", "StepResult", "HostFallback", "CompileCache", "CompileStats", "WorkloadResult", "WorkloadRecord",
@@ -117,7 +117,7 @@ class WorkloadResult(Model):
     device_peak_bytes: int | None = Field(default=None, ge=0, description="None: the runtime does not report it")
     to_device_seconds: float | None = Field(default=None, ge=0)
     compile: CompileStats | None = None
-    error: str | None = None
+    error: Message | None = None
 
     def key(self) -> tuple[str, str, str]:
         """(workload, dtype, mode): unique in a matrix."""

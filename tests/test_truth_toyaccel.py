@@ -153,6 +153,42 @@ def test_fault_on_a_common_op_erases_nothing(tmp_path: Path) -> None:
     assert probed == len(crashes), (probed, crashes)  # each crash is one cell sample, nothing more
 
 
+@pytest.mark.parametrize(("mode", "outcome"), [("hostile", "ok"), ("hostile-error", "error")])
+def test_a_hostile_error_text_is_recorded_escaped_and_breaks_nothing(tmp_path: Path, mode: str, outcome: str) -> None:
+    """mul raises with terminal escapes, NUL, a lone surrogate, YAML and HTML syntax in its message
+    (a rejection by its type, or an error): the text is evidence, kept with its control characters
+    and surrogate escaped; the matrix loads, queries and renders; no terminal sees a raw escape."""
+    proc, matrix = _probe(tmp_path / "out", "add,mul", "float32", TOYACCEL_FAULT=f"{mode}:mul")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]  # an error is no process fault
+    assert "\x1b" not in proc.stdout + proc.stderr
+    mul = matrix["operators"]["aten.mul.Tensor"]
+    assert {(e["path"], e["outcome"]) for e in mul} == {("rejected" if outcome == "ok" else "native", outcome)}
+    message = mul[0]["error"]["message"]
+    assert "\\x1b[2J" in message and "\\ud800" in message and "\\x00" in message, message
+    assert not any(not ch.isprintable() for ch in message), message
+    assert {e["outcome"] for e in matrix["operators"]["aten.add.Tensor"]} == {"ok"}
+    path = tmp_path / "out" / "matrix.yaml"
+    query = subprocess.run([sys.executable, "-m", "opmatrix", "query", str(path), "aten.mul.Tensor", "--dtype",
+                            "float32", "--rank", "2"], capture_output=True, text=True, cwd=ROOT,
+                           env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert query.returncode == 0 and "\x1b" not in query.stdout + query.stderr, query.stdout + query.stderr
+    report = subprocess.run([sys.executable, "-m", "opmatrix", "report", str(path), "--out", str(tmp_path / "site")],
+                            capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert report.returncode == 0, report.stderr
+    html = "".join(f.read_text() for f in (tmp_path / "site").rglob("*.html"))
+    assert "pwned" in html and "<script>alert" not in html
+
+
+def test_an_error_whose_message_cannot_be_read_is_an_error_of_its_cell(tmp_path: Path) -> None:
+    """mul raises an exception whose ``__str__`` raises: the cell is an error naming the type."""
+    proc, matrix = _probe(tmp_path / "out", "add,mul", "float32", TOYACCEL_FAULT="unreadable:mul")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    mul = matrix["operators"]["aten.mul.Tensor"]
+    assert {(e["path"], e["outcome"]) for e in mul} == {("native", "error")}
+    assert "_Unreadable (its message could not be read: ValueError)" in mul[0]["error"]["message"]
+    assert {e["outcome"] for e in matrix["operators"]["aten.add.Tensor"]} == {"ok"}
+
+
 def _kernel_build_dir() -> Path:
     """Outside the clone, like the xla environment: torch's builder rebuilds when the source changes."""
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")

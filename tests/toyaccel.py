@@ -16,7 +16,9 @@ chosen by ``TOYACCEL_FLAVOUR`` before import (one PrivateUse1 backend per proces
 a handful of elementwise ``.out`` kernels (add, mul, sub, neg, abs), no boxed fallback: every
 other op is a clean "could not run" rejection.
 
-``TOYACCEL_FAULT=crash:mul`` (or ``abort``, ``hang``) makes the ``mul`` kernel fault.
+``TOYACCEL_FAULT=crash:mul`` (or ``abort``, ``hang``) makes the ``mul`` kernel fault;
+``hostile:mul`` (``hostile-error:mul``) makes it reject (fail) with :data:`HOSTILE_MESSAGE`;
+``unreadable:mul`` raises an error whose ``str()`` raises.
 ``TOYACCEL_CPP_KERNELS=PATH`` loads C++ kernels (``tests/toyaccel_kernels.cpp``, built by
 :func:`build_cpp_kernels`) into the ``fallback`` flavour: ``atan2``, native for float32/16, host
 fallback from inside the C++ kernel for float64, rejected for integers, a crash on empty inputs.
@@ -140,6 +142,25 @@ def _fault(op: str) -> None:
     elif mode == "hang":
         while True:
             time.sleep(3600)
+    elif mode in ("hostile", "hostile-error"):  # error texts as foreign kernels write them
+        kind = NotImplementedError if mode == "hostile" else RuntimeError
+        raise kind(HOSTILE_MESSAGE)
+    elif mode == "unreadable":
+        raise _Unreadable()
+
+
+class _Unreadable(RuntimeError):
+    """An exception whose message cannot be read (a vendor's binding with a broken ``__str__``)."""
+
+    def __str__(self) -> str:
+        raise ValueError("the message of this error cannot be decoded")
+
+
+#: an exception text with everything a foreign kernel may put there: terminal escapes, NUL, a
+#: lone surrogate, YAML and HTML syntax, a carriage return and a very long line
+HOSTILE_MESSAGE = ("toyaccel: \x1b[2J\x1b]0;pwned\x07 mul failed\x00 for \ud800 dtype\r\n"
+                   "!!python/object:os.system &a *a {x: [1, 2]} <script>alert(1)</script> --- ... "
+                   + "#" * 5000)
 
 
 def _out_like(ref: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -24,7 +24,7 @@ from .source import OpEntry
 from .state import EngineState
 from .trace import CallTrace, Observed
 from .units import Unit, device_values, unit_id, values_key
-from .values import call, identity, map_tensors, to_cpu
+from .values import call, identity, map_tensors, readable, to_cpu
 
 __all__ = ["differentiable", "event_name", "probe_backward"]
 
@@ -122,7 +122,7 @@ def probe_backward(st: EngineState, fn: Callable[..., Any], unit: Unit, dtype: t
                            None if st.adapter.is_host else trace, post=unit.post)
         st.adapter.synchronize()
     except Exception as exc:  # noqa: BLE001 - classified narrowly just below
-        fault = fault_from_exception(st, uid, exc)
+        fault = fault_from_exception(st, uid, readable(exc))
         observed = trace.observed.state is FallbackState.observed or seen.state is FallbackState.observed
         path = ExecPath.fallback if observed else ExecPath.rejected if fault is None else ExecPath.unknown
         return Autograd(path=path, outcome=fault or (Outcome.error if observed else Outcome.ok))

@@ -28,7 +28,7 @@ from . import observe
 from .cells import SampleResult
 from .state import EngineState
 from .trace import CallTrace, Observed, children_of_root
-from .values import call, to_cpu
+from .values import call, readable, to_cpu
 
 __all__ = ["DeviceCall", "apply_evidence", "classify", "evidence_state", "fault_path", "registered_path", "run_device"]
 
@@ -70,7 +70,7 @@ def run_device(st: EngineState, fn: Callable[..., Any], values: Any, record: boo
             st.adapter.synchronize()
         result.out = to_cpu(out)
     except Exception as exc:  # noqa: BLE001 - the caller classifies it
-        result.error = exc
+        result.error = readable(exc)
     result.observed = trace.observed
     result.leaf = rec.ops if rec is not None else []
     return result

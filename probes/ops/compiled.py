@@ -23,7 +23,7 @@ from .judging import Reference, check_values
 from .source import OpEntry
 from .state import EngineState
 from .units import Unit, device_values, unit_id
-from .values import error_info, root_cause
+from .values import error_info, readable, root_cause
 
 __all__ = ["probe_compile"]
 
@@ -90,7 +90,7 @@ def probe_compile(st: EngineState, entry: OpEntry, unit: Unit, dtype: torch.dtyp
     first = run_device(st, compiled, device_values(unit, st.adapter.device()), False, profile=False)
     dc = first if first.error is not None else run_device(st, compiled, device_values(unit, st.adapter.device()), False)
     if dc.error is not None:
-        root = root_cause(dc.error)
+        root = readable(root_cause(dc.error))
         fault = fault_from_exception(st, uid, root)
         result.error = error_info(root, unit.overload, st.adapter.device_type, str(dtype).removeprefix("torch."))
         result.outcome = fault or (Outcome.error if dc.fell_back else Outcome.ok)

@@ -18,7 +18,8 @@ from opmatrix.schema import ErrorInfo
 
 from .layouts import Variant, map_values
 
-__all__ = ["call", "error_info", "identity", "map_tensors", "root_cause", "to_cpu", "upcast", "where"]
+__all__ = ["UnreadableError", "call", "error_info", "identity", "map_tensors", "readable", "root_cause", "to_cpu",
+           "upcast", "where"]
 
 
 def map_tensors(obj: Any, fn: Callable[[Any], Any]) -> Any:
@@ -54,6 +55,20 @@ def identity(out: Any) -> Any:
 _LEGACY = {"float64": "double", "float32": "float", "float16": "half", "bfloat16": "bfloat16", "int64": "long",
            "int32": "int", "int16": "short", "int8": "char", "uint8": "byte", "bool": "bool",
            "complex64": "complexfloat", "complex128": "complexdouble"}
+
+
+class UnreadableError(RuntimeError):
+    """Stands in for a backend's exception whose message cannot be read (its ``__str__`` raised)."""
+
+
+def readable(exc: BaseException) -> BaseException:
+    """``exc``, or an :class:`UnreadableError` naming its type when ``str(exc)`` itself raises: a
+    foreign exception is evidence, and reading it must never fail the probe."""
+    try:
+        str(exc)
+        return exc
+    except Exception as inner:  # noqa: BLE001 - whatever the broken __str__ raises
+        return UnreadableError(f"{type(exc).__name__} (its message could not be read: {type(inner).__name__})")
 
 
 def error_info(exc: BaseException, op: str, device: str, dtype: str) -> ErrorInfo:

@@ -15,6 +15,8 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import IO, Any
 
+from opmatrix.schema.text import terminal_text
+
 __all__ = ["Progress", "count_record"]
 
 #: outcomes shown after the paths (``ok`` is implied by the paths)
@@ -135,5 +137,6 @@ class Progress:
         """Print a message without garbling the bar."""
         if self.tty and self.enabled:
             self.stream.write("\r\x1b[K")
-        self.stream.write(text.rstrip("\n") + "\n")
+        # worker output and task ids come from the backend: never send their control characters
+        self.stream.write(terminal_text(text.rstrip("\n")) + "\n")
         self.stream.flush()

@@ -302,8 +302,11 @@ class Run:
         """Requeue ``job`` with ``unit`` marked; past the fault limit, skip what is left."""
         job.faults += 1
         what = f"{skip.outcome}{f' ({skip.signal})' if skip.signal else ''}"
-        first = next((line for line in skip.message.splitlines() if line.strip()), "")
-        self.progress.note(f"{what}: task {job.task.id} unit {unit}: {first[:160]}")
+        lines = [line for line in skip.message.splitlines() if line.strip()]
+        first = lines[0] if lines else ""
+        # the first line says how it ended, the last (of a worker's last output) usually why
+        said = first[:160] + (f" ... {lines[-1].strip()[:160]}" if len(lines) > 1 else "")
+        self.progress.note(f"{what}: task {job.task.id} unit {unit}: {said}")
         budget = fault_budget(job.units)
         if (unit is None and job.skip_rest is not None) or unit in job.skip or job.faults > 2 * budget:
             # nothing new to blame: the task itself is the fault

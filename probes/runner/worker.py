@@ -222,6 +222,7 @@ def _serve(
         record = handlers[task.kind](ctx, task, progress, skip, skip_rest)
         if not hasattr(record, "model_dump_json"):
             raise TypeError(f"handler for {task.kind!r} returned {type(record).__name__}, expected a pydantic record")
+        text = record.model_dump_json()  # here, so a record that cannot be written is this task's error
     except WorkerPoisoned as exc:
         conn.send(Poisoned(task.id, exc.unit if exc.unit is not None else unit[0], exc.message))
         return False
@@ -235,5 +236,5 @@ def _serve(
         if problem is not None:
             conn.send(Poisoned(task.id, unit[0], f"health check after the task failed: {problem}"))
             return False
-    conn.send(Done(task.id, record.model_dump_json()))
+    conn.send(Done(task.id, text))
     return True
