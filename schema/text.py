@@ -28,4 +28,6 @@ def recorded_text(text: object) -> object:
     visible escapes, so a hostile message is evidence, never a crash of the writer or a terminal."""
     if not isinstance(text, str):
         return text  # the field's own type check names what is wrong
+    if text.isprintable():  # the common case (no control character, no surrogate): as is
+        return text
     return terminal_text(text.encode("utf-8", "backslashreplace").decode("utf-8"))

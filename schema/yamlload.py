@@ -1,13 +1,11 @@
 """Strict YAML parsing: plain data only, no duplicate keys, no aliases, no tags.
 
 PyYAML's constructor builds every node through Python generators (about 1 s per MB even with
-libyaml), so a large matrix is parsed in two steps when libyaml is present:
-
-1. libyaml composes the node tree in C, with a resolver that tags plain scalars by their first
-   character instead of trying every implicit-type regex on each one;
-2. one small recursive walk turns nodes into dicts, lists and scalars, checking the same rules
-   as the strict loader (an alias is a node seen twice; a duplicate key; a tag other than
-   str/int/float/bool/null/map/seq).
+libyaml), and composing the node tree alone costs most of that, so when libyaml is present a
+document is built straight from libyaml's parse events: one loop keeps a stack of the dicts and
+lists being filled, types plain scalars by their first character (only those that may be a
+number, a bool or null go through YAML 1.1's resolvers), and checks the same rules as the strict
+loader (no anchor or alias, no duplicate key, no explicit tag, one document).
 
 Anything the walk does not accept (an error, a timestamp, a merge key) is parsed again by the
 strict constructor-based loader, so what is accepted and every error message stay exactly those
@@ -23,7 +21,16 @@ import re
 from typing import Any
 
 import yaml
-from yaml.nodes import MappingNode, ScalarNode, SequenceNode
+from yaml.events import (
+    AliasEvent,
+    DocumentStartEvent,
+    MappingEndEvent,
+    MappingStartEvent,
+    ScalarEvent,
+    SequenceEndEvent,
+    SequenceStartEvent,
+)
+from yaml.nodes import ScalarNode
 
 __all__ = ["HAVE_LIBYAML", "ArtifactError", "loads_yaml"]
 
@@ -119,22 +126,16 @@ _STR, _MAP, _SEQ = _T + "str", _T + "map", _T + "seq"
 #: first characters a plain scalar of another type than str can start with (YAML 1.1 resolvers)
 _MAYBE_TYPED = frozenset("-+.0123456789yYnNtTfFoO~=<")
 _PLAIN_INT = re.compile(r"-?(?:0|[1-9][0-9]*)\Z")
+#: decimals YAML 1.1 and Python's float() read alike (YAML wants a sign in the exponent)
+_PLAIN_FLOAT = re.compile(r"-?[0-9]+\.[0-9]*(?:[eE][-+][0-9]+)?\Z")
+#: the only plain scalars starting with a letter that YAML 1.1 types (bools and nulls)
+_WORDS = frozenset("yes Yes YES no No NO true True TRUE false False FALSE on On ON off Off OFF null Null NULL ~".split())
+_WORDS_START = frozenset(w[0] for w in _WORDS)
 _SAFE = yaml.constructor.SafeConstructor()
 
 
 class _Fallback(Exception):
     """The fast walk met something only the strict loader may judge."""
-
-
-if HAVE_LIBYAML:
-
-    class _FastComposer(yaml.CSafeLoader):  # type: ignore[misc]
-        """libyaml's composer; plain scalars that cannot be typed are str without a regex."""
-
-        def resolve(self, kind: Any, value: Any, implicit: Any) -> str:
-            if kind is ScalarNode and implicit[0] and value and value[0] not in _MAYBE_TYPED:
-                return _STR
-            return super().resolve(kind, value, implicit)  # type: ignore[no-any-return]
 
 
 def _int(node: ScalarNode) -> int:
@@ -151,44 +152,88 @@ _SCALARS: dict[str, Any] = {
     _T + "null": lambda node: None,
     _T + "timestamp": _SAFE.construct_yaml_timestamp,
 }
-_KEY_TYPES = (str, int, float, bool, type(None))
+_KEY_CLASSES = frozenset((str, int, float, bool, type(None)))
 
 
-def _build(node: Any, seen: set[int]) -> Any:
-    if id(node) in seen:
-        raise _Fallback  # an alias: the same node twice
-    seen.add(id(node))
-    cls = node.__class__
-    if cls is ScalarNode:
-        if node.tag == _STR:
-            return node.value
-        make = _SCALARS.get(node.tag)
-        if make is None:
-            raise _Fallback
-        return make(node)
-    if cls is MappingNode:
-        if node.tag != _MAP:
-            raise _Fallback
-        out: dict[Any, Any] = {}
-        for key_node, value_node in node.value:
-            key = _build(key_node, seen)
-            if not isinstance(key, _KEY_TYPES) or key in out:
+_RESOLVER = yaml.resolver.Resolver()
+_NO_KEY = object()
+
+
+def _plain(value: str) -> Any:
+    """A plain (unquoted, untagged) scalar, typed as YAML 1.1's resolvers type it."""
+    if not value:
+        return None
+    first = value[0]
+    if first in _WORDS_START:
+        if value not in _WORDS:  # "native", "float32", "ok": no resolver matches a word outside the set
+            return value
+    elif first not in _MAYBE_TYPED:
+        return value
+    elif _PLAIN_INT.match(value):
+        return int(value)
+    elif _PLAIN_FLOAT.match(value):
+        return float(value)
+    tag = _RESOLVER.resolve(ScalarNode, value, (True, False))
+    if tag == _STR:
+        return value
+    make = _SCALARS.get(tag)
+    if make is None:
+        raise _Fallback
+    return make(ScalarNode(tag, value))
+
+
+def _from_events(text: str) -> Any:
+    """Build plain data straight from libyaml's parse events (no node tree, no resolver per scalar).
+
+    Containers under construction sit on a stack with the key waiting for its value; an anchor,
+    an alias, an explicit tag, a non-scalar or repeated key, or a second document is left to the
+    strict loader (:class:`_Fallback`)."""
+    stack: list[list[Any]] = []  # [container, pending key (maps only)]
+    root: list[Any] = []
+    documents = 0
+
+    def add(value: Any) -> None:
+        if not stack:
+            root.append(value)
+            return
+        top = stack[-1]
+        box = top[0]
+        if box.__class__ is list:
+            box.append(value)
+        elif top[1] is _NO_KEY:
+            if value.__class__ not in _KEY_CLASSES or value in box:
                 raise _Fallback
-            out[key] = _build(value_node, seen)
-        return out
-    if cls is SequenceNode:
-        if node.tag != _SEQ:
+            top[1] = value
+        else:
+            box[top[1]] = value
+            top[1] = _NO_KEY
+
+    for event in yaml.parse(text, Loader=yaml.CSafeLoader):
+        cls = event.__class__
+        if cls is ScalarEvent:
+            if event.anchor is not None or event.tag not in (None, "!"):
+                raise _Fallback
+            add(_plain(event.value) if not event.style and event.implicit[0] else event.value)
+        elif cls is MappingStartEvent or cls is SequenceStartEvent:
+            if event.anchor is not None or event.tag is not None:
+                raise _Fallback
+            stack.append([{} if cls is MappingStartEvent else [], _NO_KEY])
+        elif cls is MappingEndEvent or cls is SequenceEndEvent:
+            add(stack.pop()[0])
+        elif cls is DocumentStartEvent:
+            documents += 1
+            if documents > 1:
+                raise _Fallback
+        elif cls is AliasEvent:
             raise _Fallback
-        return [_build(item, seen) for item in node.value]
-    raise _Fallback
+    return root[0] if root else None
 
 
 def loads_yaml(text: str, where: str = "<string>", *, pure: bool = False) -> Any:
     """Parse YAML text safely; errors become :class:`ArtifactError` naming ``where`` and the line."""
     if HAVE_LIBYAML and not pure:
         try:
-            node = yaml.compose(text, Loader=_FastComposer)  # noqa: S506 - composes nodes, constructs nothing
-            return None if node is None else _build(node, set())
+            return _from_events(text)
         except (_Fallback, yaml.YAMLError, RecursionError, ValueError):
             pass  # the strict loader decides, and words the error
     return _strict_load(text, where, pure)

@@ -89,6 +89,13 @@ DOCS = [
     "when: 2026-12-31\nyes: on\nempty:\n",
     "- 1\n- [a, b]\n",
     "",
+    # what the event-driven fast path must type exactly as the strict loader does
+    "q: '1'\nd: \"2.5\"\nn: 'null'\nt: ! 3\ns: !!str 4\nblock: |\n  7\nfolded: >\n  true\n",
+    "1: a\n2.5: b\nnull: c\nfalse: d\n-7: e\n",
+    "a: &x 1\nb: 2\n",
+    "x: {a: [1, {b: [2, [3, []]]}], c: {}}\n",
+    "--- 1\n",
+    "v: .nan\nw: -.INF\nx: 0o17\ny: +12\nz: 1e3\nu: 190:20:30\n",
 ]
 
 
@@ -100,6 +107,9 @@ def test_the_fast_parse_builds_what_the_strict_loader_builds(text: str):
 
 @pytest.mark.parametrize("text, message", [
     ("a: 1\na: 2\n", "t.yaml:2: duplicate key 'a' (first at line 1); remove one of them"),
+    ("1: a\ntrue: b\n", "t.yaml:2: duplicate key True (first at line 1); remove one of them"),
+    ("k: =\n", "t.yaml:1: YAML tag '!!value' is not allowed"),
+    ("--- 1\n--- 2\n", "t.yaml:2: malformed YAML: but found another document"),
     ("a: &x [1]\nb: *x\n", "t.yaml:1: YAML aliases (*name) are not allowed"),
     ("a: !!python/object:os.system x\n", "t.yaml:1: YAML tag '!!python/object:os.system' is not allowed"),
     ("a: [1\n", "t.yaml:2: malformed YAML"),
