@@ -83,7 +83,14 @@ def _identity(adapter: Any) -> BackendId:
 
         importlib.import_module(adapter.module)  # registers the device name; no device call
         adapter.device_type = torch._C._get_privateuse1_backend_name()
-    return adapter.identity()  # type: ignore[no-any-return]
+    from pydantic import ValidationError
+
+    try:
+        return adapter.identity()  # type: ignore[no-any-return]
+    except ValidationError as exc:  # an adapter's name with a control character, an empty key ...
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise _usage(f"backend adapter {type(adapter).__module__}.{type(adapter).__qualname__} "
+                     f"cannot be recorded: {problems}") from None
 
 
 def worker_evidence(records: list[Any]) -> Evidence | None:

@@ -348,6 +348,20 @@ def test_control_characters_in_names_are_refused(tmp_path: Path, name: str) -> N
         Matrix.model_validate(data)
 
 
+def test_an_adapter_whose_name_cannot_be_recorded_is_refused_before_probing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A foreign adapter named with terminal escapes: exit 2 naming the adapter, nothing written."""
+    (tmp_path / "evil_adapter.py").write_text(
+        "from opmatrix.backend.builtin import CpuAdapter\n\n\n"
+        "class Evil(CpuAdapter):\n    name = 'cpu\\x1b]0;pwned\\x07'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, out, err = _cli(capsys, "probe", "--backend", "evil_adapter:Evil", "--ops", "abs", "--no-runtime",
+                          "--out", str(tmp_path / "out"))
+    assert code == 2 and "backend adapter evil_adapter.Evil cannot be recorded" in err, err
+    assert "control character" in err and "\x1b" not in out + err
+    assert not (tmp_path / "out").exists()
+
+
 def test_gate_and_diff_never_print_raw_control_characters(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                           example_matrix_path: Path, example_contract_path: Path) -> None:
     contract = tmp_path / "c.yaml"
