@@ -64,7 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1,
                    help="torch intra-op threads per worker (default 1: probe tensors are small, and on a shared "
                    "machine two OpenMP threads per worker wait on each other; see README, Performance)")
-    p.add_argument("--timeout", type=float, default=60.0, help="deadline per probe task in seconds")
+    p.add_argument("--timeout", type=float, default=60.0,
+                   help="seconds a unit may run without progress before it is called hung (5x for compile units)")
     p.add_argument("--resume", action="store_true", help="continue from DIR/journal.jsonl")
     p.add_argument("--devices", type=_csv, help="device indices to spread workers over, e.g. 0,1")
     p.add_argument("--shard", help="probe slice I of N, as I/N (1-based)")

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from opmatrix.backend.base import Adapter, bringup_check
 from opmatrix.probes.ops import observe
 from opmatrix.probes.ops.faults import SkipPlan
+from opmatrix.probes.runner.plan import COMPILE_TIMEOUT_FACTOR, unit_limit
 from opmatrix.probes.runner.runner import fault_budget
 from opmatrix.probes.runner.task import Skip
 
@@ -141,6 +142,13 @@ def test_skip_rest_keeps_units_before_the_last_fault() -> None:
     assert got == {"0/contiguous/eager": "run", "1/contiguous/eager": "crashed", "2/contiguous/eager": "crashed",
                    "3/contiguous/eager": "not_run", "4/contiguous/eager": "not_run"}
     assert plan.not_run["3/contiguous/eager"].startswith("not run: the task faulted 3 times")
+
+
+def test_a_unit_that_compiles_gets_more_time_before_it_is_hung() -> None:
+    """inductor compiling a workload took over 60 s on a loaded machine: slow, not hung."""
+    assert unit_limit(60, "3/contiguous/eager") == 60 and unit_limit(60, None) == 60
+    assert unit_limit(60, "3/contiguous/compile") == unit_limit(60, "workload:mlp|float32|compile:inference") == (
+        60 * COMPILE_TIMEOUT_FACTOR)
 
 
 def test_fault_budget_grows_with_units() -> None:

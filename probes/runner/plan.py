@@ -15,8 +15,8 @@ from pathlib import Path
 
 from .task import Skip, Task
 
-__all__ = ["MAX_STARTUP_FAILURES", "MAX_TASK_FAULTS", "Aborted", "Job", "RunSummary", "default_max_restarts",
-           "fault_budget", "ordered", "sigterm_as_interrupt"]
+__all__ = ["COMPILE_TIMEOUT_FACTOR", "MAX_STARTUP_FAILURES", "MAX_TASK_FAULTS", "Aborted", "Job", "RunSummary",
+           "default_max_restarts", "fault_budget", "ordered", "sigterm_as_interrupt", "unit_limit"]
 
 #: faults any task may cause before its remaining units are listed as not run
 MAX_TASK_FAULTS = 3
@@ -28,6 +28,17 @@ UNITS_PER_EXTRA_FAULT = 10
 def fault_budget(units: int) -> int:
     """Faults a task may cause before its remaining units are not run: grows with its units."""
     return MAX_TASK_FAULTS + units // UNITS_PER_EXTRA_FAULT
+
+
+#: a unit that compiles (an op's compile check, a workload's compiled step) gets this many times
+#: ``--timeout`` before it is called hung: inductor compiling a model on a loaded 2-core machine
+#: took over 60 s here, and a slow compile is not a hang
+COMPILE_TIMEOUT_FACTOR = 5
+
+
+def unit_limit(timeout: float, unit: str | None) -> float:
+    """Seconds a unit may run without progress before it is called hung."""
+    return timeout * COMPILE_TIMEOUT_FACTOR if unit is not None and "compile" in unit else timeout
 
 
 #: consecutive workers that die before becoming ready before the run gives up

@@ -37,6 +37,7 @@ from .plan import (
     RunSummary,
     default_max_restarts,
     fault_budget,
+    unit_limit,
 )
 from .pool import WorkerHandle, exit_fault, spawn_worker
 from .progress import Progress
@@ -292,7 +293,7 @@ class Run:
             tail = handle.log_tail()
             self._lost(handle, fault=True)
             if job is not None:
-                limit = self.timeout if unit is not None else self.grace
+                limit = unit_limit(self.timeout, unit) if unit is not None else self.grace
                 what = f"no progress within {limit:g}s" + ("" if unit is not None else " of the task's start")
                 self._fault(job, unit, Skip("hung", f"{what}\n{tail}".strip()))
 
@@ -375,7 +376,7 @@ class Run:
             now = time.monotonic()
             for handle in self.workers.values():
                 if handle.look():  # a new unit: its deadline starts (at most ``poll`` late)
-                    handle.deadline = now + self.timeout
+                    handle.deadline = now + unit_limit(self.timeout, handle.unit)
             self._expire(now)
             self.progress.tick()
 
