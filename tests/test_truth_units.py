@@ -144,6 +144,21 @@ def test_skip_rest_keeps_units_before_the_last_fault() -> None:
     assert plan.not_run["3/contiguous/eager"].startswith("not run: the task faulted 3 times")
 
 
+def test_the_host_computes_a_unit_only_when_the_cpu_takes_its_layout() -> None:
+    """Fallback then a rejection-looking error is fallback/error only when the CPU computes this
+    very unit; a shared reference from another layout is not enough when the CPU refuses this one."""
+    from opmatrix.probes.ops.engine import _host_computes
+
+    def refuses() -> None:
+        raise RuntimeError("unsupported operation: more than one element of the written-to tensor ...")
+
+    ref = object()
+    assert _host_computes(None, None) is False
+    assert _host_computes(ref, None) is True  # the unit's own reference
+    assert _host_computes(ref, lambda: ref) is True  # shared, and the CPU takes this layout too
+    assert _host_computes(ref, refuses) is False
+
+
 def test_a_unit_that_compiles_gets_more_time_before_it_is_hung() -> None:
     """inductor compiling a workload took over 60 s on a loaded machine: slow, not hung."""
     assert unit_limit(60, "3/contiguous/eager") == 60 and unit_limit(60, None) == 60

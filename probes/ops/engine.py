@@ -70,6 +70,21 @@ def _failed(st: EngineState, unit: Unit, uid: str, dc: DeviceCall, result: Sampl
         result.path, result.outcome = fault_path(st, unit.overload), fault
 
 
+def _host_computes(ref: Reference | None, own: Callable[[], Reference] | None) -> bool:
+    """Whether the CPU computes this very unit: ``ref`` may be the sample's reference from another
+    layout (``own`` then computes this layout's), and a layout can be what the CPU refuses (an
+    in-place write into an expanded tensor)."""
+    if ref is None:
+        return False
+    if own is None:
+        return True
+    try:
+        own()
+    except Exception:  # noqa: BLE001 - the CPU refuses this layout: the host's refusal came through
+        return False
+    return True
+
+
 def _judged(st: EngineState, fn: Callable[..., Any], unit: Unit, dtype: torch.dtype, opts: ProbeOptions,
             ref: Reference, out: Any, result: SampleResult, own: Callable[[], Reference] | None = None) -> None:
     """Compare the outputs with the reference (retrying once when wrong: flaky or wrong).
@@ -109,7 +124,7 @@ def probe_eager(st: EngineState, entry: OpEntry, unit: Unit, dtype: torch.dtype,
     if dc.observed.state is FallbackState.observed:
         st.traced[key] = -10**6  # fallback seen here: keep measuring its transfers
     if dc.error is not None:
-        _failed(st, unit, uid, dc, result, str(dtype).removeprefix("torch."), ref is not None)
+        _failed(st, unit, uid, dc, result, str(dtype).removeprefix("torch."), _host_computes(ref, own))
         if ref is None:
             result.note = "; ".join(filter(None, [result.note, f"no reference: {no_ref}"]))
         return result
