@@ -52,7 +52,7 @@ def _cells(matrix: dict[str, Any], op: str, dtype: str) -> dict[int, list[dict[s
 
 @pytest.fixture(scope="module")
 def fallback_matrix(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    proc, matrix = _probe(tmp_path_factory.mktemp("toy") / "out", "add,mm,sort,abs,gcd",
+    proc, matrix = _probe(tmp_path_factory.mktemp("toy") / "out", "add,mm,sort,abs,gcd,unravel_index",
                          "float32,int8,bfloat16,float16")
     assert proc.returncode == 0, proc.stdout[-2000:]
     return matrix
@@ -101,6 +101,15 @@ def test_device_runs_when_the_cpu_reference_rejects(fallback_matrix: dict[str, A
         for e in entries:
             assert (e["path"], e["outcome"]) == ("rejected", "ok"), e
             assert "no reference" in e["note"], e
+
+
+def test_the_same_refusal_as_the_cpu_is_a_rejection_not_an_error(fallback_matrix: dict[str, Any]) -> None:
+    """unravel_index float32: the op's own argument check raises TypeError before any dispatch, on
+    the CPU and on the device alike; the input is invalid everywhere, so the device rejected it
+    cleanly (a TypeError alone is no rejection: it read error with an unknown path before)."""
+    cells = [e for es in _cells(fallback_matrix, "opinfo.unravel_index", "float32").values() for e in es]
+    assert cells and {(e["path"], e["outcome"]) for e in cells} == {("rejected", "ok")}, cells
+    assert all("refuses it exactly as the CPU does" in e["note"] for e in cells)
 
 
 def test_composite_whose_component_fell_back(fallback_matrix: dict[str, Any]) -> None:

@@ -70,6 +70,11 @@ def _failed(st: EngineState, unit: Unit, uid: str, dc: DeviceCall, result: Sampl
         result.path, result.outcome = fault_path(st, unit.overload), fault
 
 
+def _refusal(exc: BaseException) -> str:
+    """An exception as the CPU's and the device's refusals are compared: type and message start."""
+    return f"{type(exc).__name__}: {str(exc)[:120]}"
+
+
 def _host_computes(ref: Reference | None, own: Callable[[], Reference] | None) -> bool:
     """Whether the CPU computes this very unit: ``ref`` may be the sample's reference from another
     layout (``own`` then computes this layout's), and a layout can be what the CPU refuses (an
@@ -127,6 +132,11 @@ def probe_eager(st: EngineState, entry: OpEntry, unit: Unit, dtype: torch.dtype,
         _failed(st, unit, uid, dc, result, str(dtype).removeprefix("torch."), _host_computes(ref, own))
         if ref is None:
             result.note = "; ".join(filter(None, [result.note, f"no reference: {no_ref}"]))
+            if result.outcome is Outcome.error and no_ref is not None and no_ref.endswith(f"({_refusal(dc.error)})"):
+                # the very refusal the CPU gave (an op's own argument check, jiterator off CUDA):
+                # the input is invalid everywhere, a clean rejection, not a device error
+                result.path, result.outcome = ExecPath.rejected, Outcome.ok
+                result.note += "; the device refuses it exactly as the CPU does"
         return result
     if known is not None:
         result.path, result.components, result.note = known
@@ -182,7 +192,7 @@ class _TaskRun:
                 ref = self.references[key] = reference(self.entry.info.op, unit.cpu_values, self.dtype,
                                                               unit.post)
             except Exception as exc:  # noqa: BLE001 - the CPU rejects this input: the device still runs
-                ref, no_ref = None, f"the CPU reference rejects this input ({type(exc).__name__}: {str(exc)[:120]})"
+                ref, no_ref = None, f"the CPU reference rejects this input ({_refusal(exc)})"
                 self.invalid += 1
         self.progress(uid)
         before = len(self.results)
