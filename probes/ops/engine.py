@@ -46,10 +46,11 @@ _Reference, _Unit, _judge, _post, _reference, _to_cpu = Reference, Unit, judge, 
 
 
 def _failed(st: EngineState, unit: Unit, uid: str, dc: DeviceCall, result: SampleResult, dname: str,
-            host_computes: bool) -> None:
+            host_computes: Callable[[], bool]) -> None:
     """A device call that raised: rejected, or a fault; fallback seen before the error is kept.
 
-    ``host_computes``: the CPU reference computed this sample. An error that reads like a clean
+    ``host_computes``: whether the CPU computes this sample (asked only after a fallback, since
+    it may run the CPU reference for this layout). An error that reads like a clean
     rejection after the op already ran on the host is then not a rejection: the host did the
     work and the device's side failed (torch_xla's to_sparse copies a sparse host result back to a
     device that has no sparse tensors), so the cell is fallback with outcome error. When the CPU
@@ -58,7 +59,7 @@ def _failed(st: EngineState, unit: Unit, uid: str, dc: DeviceCall, result: Sampl
     fault = fault_from_exception(st, uid, dc.error)
     result.error = error_info(dc.error, unit.overload, st.adapter.device_type, dname)
     apply_evidence(result, dc)
-    if fault is None and dc.fell_back and host_computes:
+    if fault is None and dc.fell_back and host_computes():
         result.path, result.outcome = ExecPath.fallback, Outcome.error
         result.note = "; ".join(filter(None, [result.note, "ran on the host, then the device side failed "
                                               "(the CPU computes this sample)"]))
@@ -129,7 +130,7 @@ def probe_eager(st: EngineState, entry: OpEntry, unit: Unit, dtype: torch.dtype,
     if dc.observed.state is FallbackState.observed:
         st.traced[key] = -10**6  # fallback seen here: keep measuring its transfers
     if dc.error is not None:
-        _failed(st, unit, uid, dc, result, str(dtype).removeprefix("torch."), _host_computes(ref, own))
+        _failed(st, unit, uid, dc, result, str(dtype).removeprefix("torch."), lambda: _host_computes(ref, own))
         if ref is None:
             result.note = "; ".join(filter(None, [result.note, f"no reference: {no_ref}"]))
             if result.outcome is Outcome.error and no_ref is not None and no_ref.endswith(f"({_refusal(dc.error)})"):
