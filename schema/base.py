@@ -13,15 +13,17 @@ __all__ = ["Message", "Model", "Name", "RankRange", "Text", "printable"]
 
 def printable(value: str, what: str = "name") -> str:
     """A name shown in terminals and pages: control characters (ESC, BEL, newlines ...) are refused."""
-    bad = next((ch for ch in value if not ch.isprintable()), None)
-    if bad is not None:
-        raise ValueError(f"{what} {value!r} contains the control character {bad!r}; names must be printable text")
-    return value
+    if value.isprintable():
+        return value
+    bad = next(ch for ch in value if not ch.isprintable())
+    raise ValueError(f"{what} {value!r} contains the control character {bad!r}; names must be printable text")
 
 
 def _text(value: str) -> str:
     """Free text (a reason, a description): line breaks and tabs are fine, other control characters
     (ESC sequences that repaint a terminal, BEL ...) are refused."""
+    if value.isprintable():
+        return value
     bad = next((ch for ch in value if not ch.isprintable() and ch not in "\n\t"), None)
     if bad is not None:
         raise ValueError(f"text {value[:60]!r} contains the control character {bad!r}; write plain text")

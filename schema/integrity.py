@@ -23,7 +23,7 @@ from pydantic import Field
 
 from .base import Model
 
-__all__ = ["Integrity", "content_digest"]
+__all__ = ["PARSED_DIGEST", "Integrity", "content_digest", "parsed_digest"]
 
 
 class Integrity(Model):
@@ -38,3 +38,26 @@ def content_digest(data: Any) -> str:
     """``sha256:<hex>`` of ``data`` as canonical JSON (sorted keys, no spaces, inf/nan kept)."""
     text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=True)
     return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+#: validation context value set by the file loaders: the digest of the parsed document itself
+#: (:func:`parsed_digest`); when it equals the seal, the document is byte for byte the content the
+#: writer sealed, and the model's own digest (a full dump, twice the cost) need not be recomputed
+PARSED_DIGEST = "opmatrix.parsed_digest"
+
+
+def parsed_digest(data: Any, schema_version: int) -> str | None:
+    """The integrity digest of a parsed matrix document as it stands (None when it has no seal).
+
+    A writer seals the content it dumps (defaults left out, ``schema_version`` kept), so for a
+    file it wrote this equals ``Matrix.digest()`` of the validated model; for anything else
+    (defaults written out, an edit) it differs and the model's digest decides.
+    """
+    if not isinstance(data, dict) or "integrity" not in data:
+        return None
+    content = {k: v for k, v in data.items() if k != "integrity"}
+    content.setdefault("schema_version", schema_version)
+    try:
+        return content_digest(content)
+    except (TypeError, ValueError):  # not plain JSON data (a YAML timestamp): validation will say
+        return None

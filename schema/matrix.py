@@ -38,7 +38,7 @@ from .enums import (
     Outcome,
     ReferenceKind,
 )
-from .integrity import Integrity, content_digest
+from .integrity import PARSED_DIGEST, Integrity, content_digest
 from .workloads import WorkloadList
 
 #: validation context flag set by the validated-model cache: the entry's source bytes passed the
@@ -360,8 +360,11 @@ class Matrix(Model):
                 f"truncated or edited: integrity says {seal.cells} cells in {seal.operators} operators, the file holds "
                 f"{cells} in {ops}; regenerate it with the command in its header (or restore the original)"
             )
-        if isinstance(info.context, dict) and info.context.get(DIGEST_VERIFIED) is True:
+        context = info.context if isinstance(info.context, dict) else {}
+        if context.get(DIGEST_VERIFIED) is True:
             return self  # the validated-model cache: these very bytes passed this check when it was written
+        if context.get(PARSED_DIGEST) == seal.digest:
+            return self  # the document is the very content that was sealed
         if self.digest() != seal.digest:
             raise ValueError(
                 "edited after it was written: its content no longer matches integrity.digest; regenerate it with "
@@ -383,9 +386,10 @@ class Matrix(Model):
     def cell_count(self) -> int:
         """Number of probed cells (the expansion of every entry)."""
         return sum(
-            len(e.dtypes) * len(e.layouts) * (e.ranks.max - e.ranks.min + 1)
-            for entries in self.boxes().values()
+            len(box.dtypes) * len(box.layouts) * (box.ranks.max - box.ranks.min + 1)
+            for entries in self.operators.values()
             for e in entries
+            for box in (e.parts or (e,))  # a part's box has the part's dtypes, ranks and layouts
         )
 
     def boxes(self) -> dict[str, list[Entry]]:

@@ -25,7 +25,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -33,7 +33,7 @@ from .files import cache_dir, write_text_atomic
 from .matrix import DIGEST_VERIFIED
 from .version import __version__
 
-__all__ = ["load_cached"]
+__all__ = ["load_cached", "remember"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -44,12 +44,38 @@ def _schema_tag(model: type[BaseModel]) -> str:
     return hashlib.sha256(f"{__version__}\n{schema}".encode()).hexdigest()[:16]
 
 
-def load_cached(path: str | os.PathLike[str], model: type[M], parse: Callable[[str, str], M],
-                strict: Callable[[], M]) -> M:
+def _entry(folder: Path, data: bytes, model: type[BaseModel]) -> Path:
+    return folder / f"{hashlib.sha256(data).hexdigest()}-{_schema_tag(model)}.json"
+
+
+def remember(data: bytes, model: type[BaseModel], content: dict[str, Any]) -> None:
+    """Store ``content`` (the plain data of a validated ``model``) as the entry of the bytes ``data``.
+
+    For writers: the artifact they just wrote is ``data``, made by dumping ``content``, so its
+    strict load would validate ``content`` itself (the YAML dump and parse of plain data round-trip,
+    which ``tests/test_schema_io.py`` checks on generated and hostile matrices). An entry that is
+    already there is kept; a cache that cannot be written is skipped.
+    """
+    folder = cache_dir("matrices")
+    if folder is None:
+        return
+    entry = _entry(folder, data, model)
+    if entry.exists():
+        return
+    try:
+        write_text_atomic(entry, json.dumps(content, allow_nan=True))
+    except OSError:
+        pass
+
+
+def load_cached(path: str | os.PathLike[str], model: type[M],
+                parse: Callable[[str, str], tuple[M, dict[str, Any] | None]], strict: Callable[[], M]) -> M:
     """``strict()``'s model of ``path``, served from the cache when the same bytes were loaded before.
 
-    ``parse(text, where)`` validates the text strictly (a miss); ``strict()`` loads the file
-    when it cannot be read or decoded here, so that its errors are worded as always.
+    ``parse(text, where)`` validates the text strictly (a miss) and returns the model with, where
+    it has it, the model's plain data (a document that is exactly what a writer dumped), which is
+    then stored as is instead of dumping the model again; ``strict()`` loads the file when it
+    cannot be read or decoded here, so that its errors are worded as always.
     """
     folder = cache_dir("matrices")
     if folder is None:
@@ -58,7 +84,7 @@ def load_cached(path: str | os.PathLike[str], model: type[M], parse: Callable[[s
         data = Path(path).read_bytes()
     except OSError:
         return strict()
-    entry = folder / f"{hashlib.sha256(data).hexdigest()}-{_schema_tag(model)}.json"
+    entry = _entry(folder, data, model)
     try:
         return model.model_validate_json(entry.read_bytes(), context={DIGEST_VERIFIED: True})
     except (OSError, ValidationError):
@@ -68,11 +94,12 @@ def load_cached(path: str | os.PathLike[str], model: type[M], parse: Callable[[s
     except UnicodeDecodeError:
         return strict()
     # parse the very bytes that were hashed: a file replaced meanwhile cannot poison the entry
-    loaded = parse(text, str(path))
+    loaded, content = parse(text, str(path))
     try:
         # json.dumps keeps inf/nan (as Infinity/NaN, which pydantic reads back); model_dump_json
         # would write null and a second, cached load would lose them
-        write_text_atomic(entry, json.dumps(loaded.model_dump(mode="json"), allow_nan=True))
+        plain = content if content is not None else loaded.model_dump(mode="json")
+        write_text_atomic(entry, json.dumps(plain, allow_nan=True))
     except OSError:
         pass
     return loaded

@@ -15,6 +15,8 @@ __all__ = ["recorded_text", "terminal_text"]
 
 # C0 and C1 controls and DEL, but not newline and tab (the layout of the text itself)
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# what recorded_text changes: those, and lone surrogates
+_UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
 def terminal_text(text: str) -> str:
@@ -28,6 +30,6 @@ def recorded_text(text: object) -> object:
     visible escapes, so a hostile message is evidence, never a crash of the writer or a terminal."""
     if not isinstance(text, str):
         return text  # the field's own type check names what is wrong
-    if text.isprintable():  # the common case (no control character, no surrogate): as is
+    if _UNSAFE.search(text) is None:  # the common case (no control character, no surrogate): as is
         return text
     return terminal_text(text.encode("utf-8", "backslashreplace").decode("utf-8"))

@@ -208,7 +208,8 @@ def _from_events(text: str) -> Any:
             box[top[1]] = value
             top[1] = _NO_KEY
 
-    for event in yaml.parse(text, Loader=yaml.CSafeLoader):
+    events: Any = yaml.parse(text, Loader=yaml.CSafeLoader)  # typed as Event; the subclasses have the fields
+    for event in events:
         cls = event.__class__
         if cls is ScalarEvent:
             if event.anchor is not None or event.tag not in (None, "!"):

@@ -486,3 +486,21 @@ def test_sigterm_then_resume_and_a_concurrent_writer(tmp_path: Path) -> None:
     lines = [json.loads(line) for line in (out / "journal.jsonl").read_text().splitlines()]
     tasks = [r["task"] for r in lines[1:]]
     assert len(tasks) == len(set(tasks)) == lines[0]["planned"] and "add|float32" in tasks
+
+
+def test_a_sealed_matrix_whose_defaults_are_written_out_still_proves_itself(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loaders accept a document whose own digest is the seal without dumping the model; a
+    document that differs from what was sealed only in spelling (a default written out) is judged
+    by the model's digest, as before, and a real edit still fails."""
+    monkeypatch.setenv("OPMATRIX_NO_CACHE", "1")
+    path = _sealed(tmp_path)
+    first = load_matrix(path)
+    spelled = tmp_path / "spelled.yaml"
+    spelled.write_text(path.read_text().replace("\n    outcome: ok\n", "\n    outcome: ok\n    flaky: false\n", 1))
+    assert spelled.read_text() != path.read_text()
+    assert load_matrix(spelled) == first
+    edited = tmp_path / "edited.yaml"
+    edited.write_text(path.read_text().replace("\n    outcome: ok\n", "\n    outcome: ok\n    flaky: true\n", 1))
+    with pytest.raises(ArtifactError, match="edited after it was written"):
+        load_matrix(edited)

@@ -152,3 +152,27 @@ def test_the_validated_model_cache_is_keyed_by_content(tmp_path: Path, monkeypat
         Matrix.load(path)
     monkeypatch.setenv("OPMATRIX_NO_CACHE", "1")
     assert cache_dir() is None
+
+
+def test_a_written_matrix_is_its_own_first_cache_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """dump_model stores the validated model under the bytes it wrote, so the first load of a fresh
+    matrix is a cache hit; it equals a strict load of the YAML, hostile texts and lone surrogates included."""
+    from opmatrix.reports.synthetic import synthetic_matrix
+    from opmatrix.schema import ErrorInfo, dump_model
+
+    monkeypatch.setenv("OPMATRIX_CACHE_DIR", str(tmp_path / "cache"))
+    model = synthetic_matrix(n_ops=20, seed=5, hostile=True)
+    op, entries = next((op, es) for op, es in model.operators.items() if es[0].error)
+    odd = entries[0].model_copy(update={"error": ErrorInfo(
+        type="E\ud800", message="\x1b[2J\ud800 <b>1e5</b>\nyes", actionable=False)})
+    model = model.model_copy(update={"operators": {**model.operators, op: [odd, *entries[1:]]}})
+    path = tmp_path / "m.yaml"
+    dump_model(model, path, command="test")
+    folder = tmp_path / "cache" / "matrices"
+    (entry,) = folder.iterdir()  # written with the matrix, before any load
+    hit = load_matrix(path)
+    assert list(folder.iterdir()) == [entry]
+    monkeypatch.setenv("OPMATRIX_NO_CACHE", "1")
+    strict = load_matrix(path)
+    assert hit == strict and hit.operators[op][0].error == strict.operators[op][0].error
+    assert "\\ud800" in (strict.operators[op][0].error.message or "")

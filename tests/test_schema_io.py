@@ -26,6 +26,7 @@ from opmatrix.schema import (
     dumps_model,
     load_matrix,
     loads_yaml,
+    model_to_data,
     validate_file,
 )
 from opmatrix.schema.enums import DTYPES, Layout, Mode, Outcome
@@ -168,6 +169,8 @@ def test_generated_matrices_round_trip(operators):
     again = Matrix.model_validate(yaml.safe_load(text))
     assert again == m.seal()  # a written matrix carries its counts and digest
     assert dumps_model(again, command="test") == text
+    # what a writer stores in the validated-model cache is exactly what the strict load parses
+    assert loads_yaml(text, "generated") == model_to_data(m.seal())
 
 
 def test_json_schema_validates_the_example_and_is_committed(example_matrix_path: Path):
