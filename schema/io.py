@@ -24,7 +24,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from .contract import Contract
-from .files import write_text_atomic
+from .files import write_bytes_atomic, write_text_atomic
 from .integrity import PARSED_DIGEST, parsed_digest
 from .lines import LineIndex
 from .matrix import SCHEMA_VERSION, Matrix
@@ -318,8 +318,9 @@ def dump_model(model: BaseModel, path: str | os.PathLike[str], *, command: str =
     matrix does not parse the YAML again.
     """
     text, data = _dumps(model, command, False)
-    written = write_text_atomic(path, text)
+    raw = text.encode("utf-8")
+    written = write_bytes_atomic(path, raw)
     if isinstance(model, Matrix):
-        remember(text.encode("utf-8"), Matrix, data)
+        remember(raw, Matrix, data)
     return written
 

@@ -60,12 +60,17 @@ def remember(data: bytes, model: type[BaseModel], content: dict[str, Any]) -> No
     if folder is None:
         return
     entry = _entry(folder, data, model)
-    if entry.exists():
-        return
+    if not entry.exists():
+        _store(entry, content)
+
+
+def _store(entry: Path, content: Any) -> None:
     try:
+        # json.dumps keeps inf/nan (as Infinity/NaN, which pydantic reads back); model_dump_json
+        # would write null and a second, cached load would lose them
         write_text_atomic(entry, json.dumps(content, allow_nan=True))
     except OSError:
-        pass
+        pass  # a cache that cannot be written only costs time
 
 
 def load_cached(path: str | os.PathLike[str], model: type[M],
@@ -95,11 +100,5 @@ def load_cached(path: str | os.PathLike[str], model: type[M],
         return strict()
     # parse the very bytes that were hashed: a file replaced meanwhile cannot poison the entry
     loaded, content = parse(text, str(path))
-    try:
-        # json.dumps keeps inf/nan (as Infinity/NaN, which pydantic reads back); model_dump_json
-        # would write null and a second, cached load would lose them
-        plain = content if content is not None else loaded.model_dump(mode="json")
-        write_text_atomic(entry, json.dumps(plain, allow_nan=True))
-    except OSError:
-        pass
+    _store(entry, content if content is not None else loaded.model_dump(mode="json"))
     return loaded
