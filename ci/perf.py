@@ -2,7 +2,9 @@
 
 A record regressed when the bootstrap confidence interval of ``median(now) / median(baseline)``
 lies entirely above ``1 + max_slowdown``: a 30% slower kernel is caught, while two runs of the
-same build on a noisy machine (an interval that straddles the threshold) are not::
+same build on a noisy machine (an interval that straddles the threshold) are not. On a host clock
+each sample is first divided by the calibration loop timed beside it, when both records have one
+(the machine's speed of the moment cancels; the line also gives the raw ratio)::
 
     result = evaluate_perf(req, rid="L6.perf", level=6, blocking=True,
                            records=load_records("out/perf"), baseline=load_records("prev/perf"))
@@ -78,14 +80,30 @@ def _incomparable(now: PerfRecord, before: PerfRecord) -> str | None:
     return ", ".join(diff) if diff else None
 
 
+def _groups(now: PerfRecord, before: PerfRecord) -> tuple[list[list[float]], list[list[float]], str]:
+    """The samples to compare and how: machine-normalised when both records timed the same calibration loop."""
+    a, b = now.timing.calibration, before.timing.calibration
+    raw_now, raw_before = now.timing.run_groups(), before.timing.run_groups()
+    if a is not None and b is not None and (a.loop, a.python) == (b.loop, b.python):
+        raw = statistics.median(now.timing.samples_s) / max(statistics.median(before.timing.samples_s), 1e-12)
+        return (now.timing.normalised_groups(), before.timing.normalised_groups(),
+                f" (normalised by the calibration loop timed beside every window; raw {raw:.3f}x)")
+    if a is None and b is None:
+        return raw_now, raw_before, ""
+    which = "the baseline has" if b is None else "this record has" if a is None else "the two records timed"
+    detail = "no calibration loop" if a is None or b is None else "different calibration loops or interpreters"
+    return raw_now, raw_before, f" (raw times: {which} {detail}, so the machine's speed is not divided out)"
+
+
 def compare_records(now: PerfRecord, before: PerfRecord, req: PerfRequirement) -> tuple[bool, str]:
     """(regressed, reason): the interval of the slowdown, judged against the threshold."""
     why = _incomparable(now, before)
     if why:
         return True, f"not comparable with the baseline ({why}): re-measure the baseline under the same conditions"
-    point, lo, hi = ratio_ci(now.timing.run_groups(), before.timing.run_groups(), req.confidence)
+    groups_now, groups_before, how = _groups(now, before)
+    point, lo, hi = ratio_ci(groups_now, groups_before, req.confidence)
     limit = 1 + req.max_slowdown
-    interval = f"{point:.3f}x the baseline's median, {req.confidence:.0%} CI [{lo:.3f}, {hi:.3f}]"
+    interval = f"{point:.3f}x the baseline's median, {req.confidence:.0%} CI [{lo:.3f}, {hi:.3f}]{how}"
     if lo > limit:
         return True, f"{interval} lies above the {limit:.2f} threshold: regression"
     if point > limit:

@@ -32,6 +32,7 @@ from .base import Message, Model
 from .enums import FallbackPolicy, FallbackState
 
 __all__ = [
+    "Calibration",
     "Clock",
     "CompatCheck",
     "CompatReport",
@@ -69,7 +70,8 @@ class Clock(str, enum.Enum):
 
     ``wall``: host wall time between two device synchronisations (devices that run asynchronously).
     ``process_cpu``: CPU time of the measuring process, for backends whose "device" is the host
-    itself (cpu, refaccel): on a shared machine it excludes the time other processes held the cores.
+    itself (cpu, refaccel): on a shared machine it excludes the time other processes held the cores,
+    not what they do to the caches while this one runs (hence :class:`Calibration`).
     """
 
     wall = "wall"
@@ -117,6 +119,22 @@ class CompilerInfo(Model):
     options: dict[str, str] = Field(description="options passed to the compiler ({} for eager)")
 
 
+class Calibration(Model):
+    """A fixed host-only loop, timed on the record's clock right after every window.
+
+    On a host clock, other tenants of a shared machine slow every instruction (caches, memory
+    bandwidth, a busy SMT sibling): on the 2-core CI machine the CPU time of one pure-Python loop
+    varied 0.76-1.26x within seconds. The loop touches neither torch nor the backend, so dividing
+    each window by the loop timed beside it removes the machine's speed of the moment and keeps a
+    change of the subject. The gate compares normalised samples when both records carry the same
+    loop under the same interpreter, and raw samples (saying so) otherwise.
+    """
+
+    loop: str = Field(description="what the loop does and its size; records with different loops are not normalised")
+    python: str = Field(description="the interpreter that ran the loop (its speed depends on it)")
+    samples_s: list[float] = Field(min_length=1, description="seconds per loop, one per window, in samples_s order")
+
+
 class Timing(Model):
     """Warm-up, measurement window, repetitions and robust statistics of the per-iteration time.
 
@@ -139,17 +157,33 @@ class Timing(Model):
     confidence: float = Field(gt=0, lt=1)
     wall_median_s: float = Field(ge=0, description="host wall time per iteration, for reference")
     synchronized: bool = Field(description="the device was synchronised before and after every window")
+    calibration: Calibration | None = Field(
+        default=None, description="host clocks: the calibration loop timed after every window (None on device clocks)"
+    )
 
     def run_groups(self) -> list[list[float]]:
         """The samples of each run."""
         n = self.repetitions
         return [self.samples_s[i * n:(i + 1) * n] for i in range(self.runs)]
 
+    def normalised_groups(self) -> list[list[float]]:
+        """Each run's samples divided by the calibration loop timed beside them (needs a calibration)."""
+        assert self.calibration is not None, "normalised_groups needs a calibration"
+        ratios = [s / c for s, c in zip(self.samples_s, self.calibration.samples_s, strict=True)]
+        n = self.repetitions
+        return [ratios[i * n:(i + 1) * n] for i in range(self.runs)]
+
     @model_validator(mode="after")
     def _consistent(self) -> Timing:
         if len(self.samples_s) != self.repetitions * self.runs:
             raise ValueError(
                 f"{len(self.samples_s)} samples for {self.runs} runs x {self.repetitions} repetitions; they must match"
+            )
+        cal = self.calibration
+        if cal is not None and (len(cal.samples_s) != len(self.samples_s) or min(cal.samples_s) <= 0):
+            raise ValueError(
+                f"calibration: {len(cal.samples_s)} positive loop times are needed, one per sample "
+                f"({len(self.samples_s)}); re-measure the record"
             )
         if not self.ci_low_s <= self.median_s <= self.ci_high_s:
             raise ValueError("the median lies outside its confidence interval; recompute the statistics")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import statistics
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,7 @@ def _samples(median: float, n: int = 15, spread: float = 0.03, seed: int = 0) ->
 
 
 def _record(samples: list[float], rid: str = "workload.mlp.eager.float32", fallback: str = "not_observed",
-            backend: str = "cpu") -> PerfRecord:
+            backend: str = "cpu", calibration: list[float] | None = None) -> PerfRecord:
     s = summarize([samples], 0.95)
     data = {
         "kind": "perf-record", "id": rid,
@@ -41,7 +42,9 @@ def _record(samples: list[float], rid: str = "workload.mlp.eager.float32", fallb
         "compiler": {"name": "eager", "backend": None, "options": {}}, "threads": 1,
         "timing": {"clock": "process_cpu", "warmup": 10, "window": 100, "repetitions": len(samples), "runs": 1,
                    "samples_s": samples, "median_s": s["median"], "iqr_s": s["iqr"], "ci_low_s": s["ci_low"],
-                   "ci_high_s": s["ci_high"], "confidence": 0.95, "wall_median_s": s["median"], "synchronized": True},
+                   "ci_high_s": s["ci_high"], "confidence": 0.95, "wall_median_s": s["median"], "synchronized": True,
+                   "calibration": None if calibration is None else
+                   {"loop": "test loop", "python": "3.11.7", "samples_s": calibration}},
         "fallback": {"state": fallback, "ops": ["aten::sort"] if fallback == "observed" else [], "source": "test",
                      "invalidates_latency": fallback == "observed"},
         "injected_slowdown": None, "measured_at": "2026-11-30T00:00:00+00:00",
@@ -68,6 +71,25 @@ def test_a_slowdown_whose_interval_straddles_the_threshold_is_noise_not_a_regres
     noisy = _record([x * 1.15 for x in reversed(wide)])  # 15% slower, but the spread is +-30%
     regressed, why = compare_records(noisy, base, req)
     assert not regressed and "within noise" in why
+
+
+def test_the_machine_speed_of_the_moment_is_divided_out_and_a_slower_subject_is_still_caught():
+    """A host clock counts other tenants' interference: here the whole re-run ran 45-55% slower, the
+    calibration loop timed beside every window just as much. Normalised, that is no regression; the
+    subject alone 30% slower beside an unchanged loop is one, and lines say what they compared."""
+    req = PerfRequirement(max_slowdown=0.10)
+    loop = _samples(1e-3, n=15, spread=0.02, seed=5)
+    base = _record(_samples(1e-4, seed=1), calibration=loop)
+    machine = [f * (1.45 + 0.05 * (i % 3)) for i, f in enumerate(loop)]  # the loop felt it too, window by window
+    busy = _record([x * m / c for x, m, c in zip(_samples(1e-4, seed=2), machine, loop, strict=True)], calibration=machine)
+    regressed, why = compare_records(busy, base, req)
+    assert not regressed and "normalised by the calibration loop" in why and "raw 1.5" in why, why
+    assert compare_records(_record(busy.timing.samples_s), base, req)[0]  # without the loop: a false alarm
+    slow = _record(_samples(1.3e-4, seed=3), calibration=_samples(1e-3, n=15, spread=0.02, seed=6))
+    regressed, why = compare_records(slow, base, req)
+    assert regressed and "regression" in why and "normalised" in why, why
+    regressed, why = compare_records(_record(_samples(1.3e-4, seed=3)), base, req)
+    assert regressed and "raw times: this record has no calibration loop" in why, why
 
 
 def test_gate_names_the_record_and_fallback_in_the_window_blocks_when_forbidden():
@@ -106,6 +128,29 @@ def test_record_schema_rejects_an_unflagged_fallback_and_is_committed(tmp_path: 
         assert (ROOT / "schema" / f"{kind}.schema.json").read_text() == json_schema_text(kind), kind
 
 
+#: runs of one record whose medians differ by more than this factor (after the calibration loop is
+#: divided out) cannot resolve a 30% slowdown against a 5-10% threshold: such a set is too noisy to judge
+QUIET = 1.20
+
+
+def _run_spread(*records: PerfRecord) -> float:
+    """The largest ratio between two runs' medians within any of ``records`` (normalised where possible)."""
+    spreads = []
+    for rec in records:
+        t = rec.timing
+        meds = [statistics.median(g) for g in (t.normalised_groups() if t.calibration else t.run_groups())]
+        spreads.append(max(meds) / min(meds))
+    return max(spreads)
+
+
+def _judge_sets(passed: bool, quiet_failures: int, seen: list[str], detail: str) -> None:
+    """Fail when a quiet set got the wrong verdict; skip, naming every set, when no set was quiet."""
+    if passed:
+        return
+    assert quiet_failures == 0, "\n".join([detail, *seen])
+    pytest.skip(f"every set was too noisy to judge (runs differing by more than {QUIET}x): " + "; ".join(seen))
+
+
 def _bench(out: Path, *extra: str, env_backend: str = "cpu") -> None:
     r = run_cli("bench", "--backend", env_backend, "--modes", "eager", "--repetitions", "11", "--runs", "4",
                 "--out", str(out), *extra)
@@ -119,15 +164,17 @@ def test_bench_rerun_passes_and_an_injected_30_percent_slowdown_blocks(tmp_path:
     Both must hold on one set of three measurements (baseline, slowed, re-run, in that order). The
     gate is noise-aware by design: when a runner shared with other jobs slows one of a record's runs
     by 40% (seen in CI beside a demo), the interval widens and a 30% slowdown is honestly "within
-    noise". So a set that fails either check is measured again, up to four sets; each is judged just
-    as strictly, and the failure message lists every set's intervals."""
+    noise". Each sample is divided by the calibration loop timed beside it, which halves that
+    noise but does not remove it. So a set that fails either check is measured again, up to four
+    sets. A wrong verdict on a quiet set (every record's runs within QUIET of each other) fails the
+    test; when no set was quiet, the test is skipped with every set's figures, never passed."""
     example = yaml.safe_load((ROOT / "ci" / "contracts" / "cpu-perf.yaml").read_text())
     example["requirements"][0]["perf"]["records"] = ["workload.*"]  # the example's threshold, this test's record
     contract = tmp_path / "contract.yaml"
     contract.write_text(yaml.safe_dump(example))
     req = PerfRequirement.model_validate(example["requirements"][0]["perf"])
     rid = "workload.mlp.eager.float32"
-    seen = []
+    seen, quiet_failures, passed = [], 0, False
     for attempt in ("1", "2", "3", "4"):
         root = tmp_path / attempt
         for name, extra in (("a", ()), ("slow", ("--slowdown", "1.3")), ("b", ())):
@@ -136,37 +183,56 @@ def test_bench_rerun_passes_and_an_injected_30_percent_slowdown_blocks(tmp_path:
                        "--baseline-records", str(root / "a"))
         slow = run_cli("gate", "--contract", str(contract), "--records", str(root / "slow"),
                        "--baseline-records", str(root / "a"), "--junit", str(root / "j.xml"))
-        base = load_records(root / "a")[rid]
-        seen.append(f"set {attempt}: re-run {compare_records(load_records(root / 'b')[rid], base, req)[1]}; "
-                    f"slowed {compare_records(load_records(root / 'slow')[rid], base, req)[1]}")
-        if same.returncode == 0 and slow.returncode == 1:
+        recs = {name: load_records(root / name)[rid] for name in ("a", "slow", "b")}
+        spread = _run_spread(*recs.values())
+        seen.append(f"set {attempt} (runs differ up to {spread:.2f}x): "
+                    f"re-run {compare_records(recs['b'], recs['a'], req)[1]}; "
+                    f"slowed {compare_records(recs['slow'], recs['a'], req)[1]}")
+        passed = same.returncode == 0 and slow.returncode == 1
+        if passed:
             break
-    record = (root / "a" / f"{rid}.yaml").read_text().lower()
-    assert [w for w in SEED_FIELDS if w not in record] == []
-    timing = yaml.safe_load(record)["timing"]
-    assert (timing["repetitions"], timing["runs"], len(timing["samples_s"])) == (11, 4, 44)
-    assert same.returncode == 0, "\n".join([same.stdout, *seen])
-    assert slow.returncode == 1, "\n".join([slow.stdout, *seen])
+        quiet_failures += spread <= QUIET
+    timing = recs["a"].timing
+    assert [w for w in SEED_FIELDS if w not in (root / "a" / f"{rid}.yaml").read_text().lower()] == []
+    assert (timing.repetitions, timing.runs, len(timing.samples_s)) == (11, 4, 44)
+    assert timing.calibration is not None and len(timing.calibration.samples_s) == 44
+    _judge_sets(passed, quiet_failures, seen, f"{same.stdout}\n{slow.stdout}")
     assert f"perf:{rid}" in slow.stdout and "CI [" in slow.stdout
     assert "regression" in (root / "j.xml").read_text()
 
 
 @pytest.mark.slow
 def test_refaccel_slowed_kernel_is_caught_naming_its_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """OPMATRIX_REFACCEL_SLOWDOWN slows the mm kernel itself; the gate blocks naming op.mm and its interval."""
-    _bench(tmp_path / "a", "--ops", "mm", env_backend="refaccel")
-    monkeypatch.setenv("OPMATRIX_REFACCEL_SLOWDOWN", "aten::mm:1.3")
-    _bench(tmp_path / "slow", "--ops", "mm", env_backend="refaccel")
-    assert "OPMATRIX_REFACCEL_SLOWDOWN" in (tmp_path / "slow" / "op.mm.eager.float32.yaml").read_text()
+    """OPMATRIX_REFACCEL_SLOWDOWN slows the mm kernel itself; the gate blocks naming op.mm and its interval.
+
+    Like the test above, a set measured while another job shook the machine is measured again (up
+    to three sets); a wrong verdict on a quiet set fails, and no quiet set at all is a skip that
+    lists every set's verdict."""
     example = yaml.safe_load((ROOT / "ci" / "contracts" / "refaccel-perf.yaml").read_text())
     example["requirements"][0]["perf"]["max_slowdown"] = 0.05  # only detection is tested here: a tight threshold
     contract = tmp_path / "contract.yaml"
     contract.write_text(yaml.safe_dump(example))
-    r = run_cli("gate", "--contract", str(contract), "--records", str(tmp_path / "slow"),
-                "--baseline-records", str(tmp_path / "a"))
-    assert r.returncode == 1, r.stdout
+    rid = "op.mm.eager.float32"
+    seen, quiet_failures, passed = [], 0, False
+    for attempt in ("1", "2", "3"):
+        root = tmp_path / attempt
+        monkeypatch.delenv("OPMATRIX_REFACCEL_SLOWDOWN", raising=False)
+        _bench(root / "a", "--ops", "mm", env_backend="refaccel")
+        monkeypatch.setenv("OPMATRIX_REFACCEL_SLOWDOWN", "aten::mm:1.3")
+        _bench(root / "slow", "--ops", "mm", env_backend="refaccel")
+        r = run_cli("gate", "--contract", str(contract), "--records", str(root / "slow"),
+                    "--baseline-records", str(root / "a"))
+        spread = _run_spread(load_records(root / "a")[rid], load_records(root / "slow")[rid])
+        seen.append(f"set {attempt} (runs differ up to {spread:.2f}x): exit {r.returncode}, "
+                    + " ".join(line.strip() for line in r.stdout.splitlines() if rid in line))
+        passed = r.returncode == 1
+        if passed:
+            break
+        quiet_failures += spread <= QUIET
+    assert "OPMATRIX_REFACCEL_SLOWDOWN" in (root / "slow" / f"{rid}.yaml").read_text()
+    _judge_sets(passed, quiet_failures, seen, r.stdout)
     blocking = r.stdout.split("blocking", 1)[1]
-    assert "op.mm.eager.float32" in blocking and "CI [" in blocking
+    assert rid in blocking and "CI [" in blocking
 
 
 def _run(torch: str, cells: dict[str, str], doctor: bool = True) -> CompatRun:

@@ -79,7 +79,7 @@ def slowed(name: str, base: str, run: Any) -> Any:
     factor = SLOW.get(name) or SLOW.get(base)
     if not factor:
         return run()
-    # process CPU time: the work a host-executed kernel does, which other processes do not inflate
+    # process CPU time: the work a host-executed kernel does (the clock its perf records use)
     t0 = time.process_time()
     out = run()
     end = t0 + (time.process_time() - t0) * factor

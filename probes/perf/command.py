@@ -86,10 +86,14 @@ def merge_runs(runs: list[PerfRecord]) -> PerfRecord:
     groups = [r.timing.samples_s for r in runs]
     stats = summarize(groups, CONFIDENCE)
     walls = sorted(r.timing.wall_median_s for r in runs)
+    cals = [r.timing.calibration for r in runs]
+    calibration = None  # kept only when every run timed the same loop under the same interpreter
+    if all(c is not None and (c.loop, c.python) == (cals[0].loop, cals[0].python) for c in cals):
+        calibration = cals[0].model_copy(update={"samples_s": [x for c in cals for x in c.samples_s]})
     timing = first.timing.model_copy(update={
         "runs": len(runs), "samples_s": [x for g in groups for x in g], "median_s": stats["median"],
         "iqr_s": stats["iqr"], "ci_low_s": stats["ci_low"], "ci_high_s": stats["ci_high"],
-        "wall_median_s": walls[len(walls) // 2],
+        "wall_median_s": walls[len(walls) // 2], "calibration": calibration,
     })
     seen = [r.fallback for r in runs]
     observed = [f for f in seen if f.invalidates_latency]

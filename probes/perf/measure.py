@@ -6,12 +6,15 @@
 Every window is bracketed by ``adapter.synchronize()``, so an asynchronous device is timed to the
 end of its work, never to the end of the host's launch. The whole measured span runs under the
 adapter's fallback observer. ``slowdown`` (testing the gate) makes every window that much slower
-on the chosen clock by spinning inside the timed span.
+on the chosen clock by spinning inside the timed span. On the host clock each window is followed
+by :func:`calibration_loop`, timed on the same clock, so the gate can divide out the machine's
+speed of the moment (see ``opmatrix.schema.perf.Calibration``).
 """
 
 from __future__ import annotations
 
 import math
+import platform
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,7 +22,10 @@ from typing import Any
 
 from opmatrix.schema.perf import Clock
 
-__all__ = ["Plan", "Timed", "op_step", "time_windows", "workload_step"]
+__all__ = ["CALIBRATION_LOOP", "Plan", "Timed", "calibration_loop", "op_step", "time_windows", "workload_step"]
+
+#: the calibration loop's identity in records: change it whenever :func:`calibration_loop` changes
+CALIBRATION_LOOP = "python int LCG with list stores, 20000 iterations (v1)"
 
 
 @dataclass(frozen=True)
@@ -41,7 +47,14 @@ class Timed:
     window: int
     samples: list[float] = field(default_factory=list)
     wall: list[float] = field(default_factory=list)
+    calibration: list[float] = field(default_factory=list)
     fallback: Any = None
+
+    def calibration_fields(self) -> dict[str, Any] | None:
+        """The record's ``timing.calibration`` (None when no loop was timed)."""
+        if not self.calibration:
+            return None
+        return {"loop": CALIBRATION_LOOP, "python": platform.python_version(), "samples_s": self.calibration}
 
 
 def clock_fn(clock: Clock) -> Callable[[], float]:
@@ -53,6 +66,15 @@ def _spin(now: Callable[[], float], seconds: float) -> None:
     end = now() + seconds
     while now() < end:
         pass
+
+
+def calibration_loop(n: int = 20000) -> int:
+    """Fixed pure-Python work (no torch, no backend): about a millisecond on the CI machine."""
+    x, slots = 1, [0] * 64
+    for i in range(n):
+        x = (x * 1103515245 + 12345) & 0x7FFFFFFF
+        slots[i & 63] = x
+    return x + slots[7]
 
 
 def _window(step: Callable[[], Any], adapter: Any, n: int, now: Callable[[], float], slowdown: float) -> tuple[float, float]:
@@ -81,6 +103,10 @@ def time_windows(step: Callable[[], Any], adapter: Any, plan: Plan, clock: Clock
             per_iter, wall = _window(step, adapter, window, now, plan.slowdown)
             timed.samples.append(per_iter)
             timed.wall.append(wall)
+            if clock is Clock.process_cpu:
+                c0 = now()
+                calibration_loop()
+                timed.calibration.append(max(now() - c0, 1e-9))
     timed.fallback = seen
     return timed
 

@@ -22,8 +22,9 @@ from .stats import summarize
 __all__ = ["MARK", "HOST_EXECUTED", "measure_spec"]
 
 MARK = "OPMATRIX-PERF-RECORD "
-#: backends whose "device" work runs on the host CPU: timed by the process's CPU clock, which a
-#: shared machine's other processes do not inflate (wall time for every asynchronous device)
+#: backends whose "device" work runs on the host CPU: timed by the process's CPU clock, which
+#: excludes the time a shared machine's other processes held the cores, beside a calibration loop
+#: for what they still inflate (wall time for every asynchronous device)
 HOST_EXECUTED = frozenset({"cpu", "refaccel"})
 CONFIDENCE = 0.95
 
@@ -103,6 +104,7 @@ def measure_spec(spec: dict[str, Any]) -> dict[str, Any]:
             "samples_s": timed.samples, "median_s": stats["median"], "iqr_s": stats["iqr"],
             "ci_low_s": stats["ci_low"], "ci_high_s": stats["ci_high"], "confidence": CONFIDENCE,
             "wall_median_s": sorted(timed.wall)[len(timed.wall) // 2], "synchronized": True,
+            "calibration": timed.calibration_fields(),
         },
         "fallback": {"state": seen.state.value, "ops": sorted(set(seen.ops)), "source": seen.source,
                      "invalidates_latency": seen.state.value == "observed"},
