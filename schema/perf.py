@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import enum
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -50,6 +50,9 @@ __all__ = [
     "Timing",
     "torch_version_key",
 ]
+
+#: a measured time: finite and not negative (a NaN or infinite sample is a broken record, not a slow one)
+Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 PERF_RECORD_KIND = "perf-record"
 COMPAT_REPORT_KIND = "compat-report"
@@ -132,7 +135,7 @@ class Calibration(Model):
 
     loop: str = Field(description="what the loop does and its size; records with different loops are not normalised")
     python: str = Field(description="the interpreter that ran the loop (its speed depends on it)")
-    samples_s: list[float] = Field(min_length=1, description="seconds per loop, one per window, in samples_s order")
+    samples_s: list[Seconds] = Field(min_length=1, description="seconds per loop, one per window, in samples_s order")
 
 
 class Timing(Model):
@@ -149,13 +152,13 @@ class Timing(Model):
     window: int = Field(ge=1, description="iterations per timed repetition")
     repetitions: int = Field(ge=1, description="timed windows per run")
     runs: int = Field(ge=1, description="separate processes, spread over the benchmark's duration")
-    samples_s: list[float] = Field(min_length=1, description="run after run, repetitions each")
-    median_s: float = Field(ge=0)
-    iqr_s: float = Field(ge=0)
-    ci_low_s: float = Field(ge=0)
-    ci_high_s: float = Field(ge=0)
+    samples_s: list[Seconds] = Field(min_length=1, description="run after run, repetitions each")
+    median_s: Seconds
+    iqr_s: Seconds
+    ci_low_s: Seconds
+    ci_high_s: Seconds
     confidence: float = Field(gt=0, lt=1)
-    wall_median_s: float = Field(ge=0, description="host wall time per iteration, for reference")
+    wall_median_s: Seconds = Field(description="host wall time per iteration, for reference")
     synchronized: bool = Field(description="the device was synchronised before and after every window")
     calibration: Calibration | None = Field(
         default=None, description="host clocks: the calibration loop timed after every window (None on device clocks)"
@@ -237,7 +240,7 @@ class PerfRequirement(Model):
     """Level 6: which records must exist and how much slower than the baseline they may be."""
 
     records: list[str] = Field(default_factory=lambda: ["*"], description="fnmatch patterns over record ids")
-    max_slowdown: float = Field(default=0.10, ge=0, description="0.10: a regression is >10% slower")
+    max_slowdown: float = Field(default=0.10, ge=0, allow_inf_nan=False, description="0.10: a regression is >10% slower")
     confidence: float = Field(default=0.95, gt=0, lt=1)
     fallback: FallbackPolicy = Field(default=FallbackPolicy.forbidden, description="host fallback in a window")
     baseline_required: bool = Field(default=True, description="without a baseline the requirement is unknown")
@@ -257,7 +260,7 @@ class CompatCheck(Model):
 
     name: str
     ok: bool
-    seconds: float = Field(ge=0)
+    seconds: Seconds
     detail: Message = ""
 
 

@@ -128,6 +128,23 @@ def test_record_schema_rejects_an_unflagged_fallback_and_is_committed(tmp_path: 
         assert (ROOT / "schema" / f"{kind}.schema.json").read_text() == json_schema_text(kind), kind
 
 
+@pytest.mark.parametrize("field, bad", [("samples_s", ".nan"), ("samples_s", "-.inf"), ("calibration", ".inf")])
+def test_a_record_with_a_non_finite_time_is_refused_naming_file_and_field(tmp_path: Path, field: str, bad: str):
+    rec = _record(_samples(1e-4), calibration=_samples(1e-3, n=15, seed=4))
+    records = tmp_path / "records"
+    dump_model(rec, records / f"{rec.id}.yaml")
+    data = yaml.safe_load((records / f"{rec.id}.yaml").read_text())
+    samples = data["timing"]["calibration"]["samples_s"] if field == "calibration" else data["timing"]["samples_s"]
+    text = (records / f"{rec.id}.yaml").read_text().replace(repr(samples[3]), bad, 1)
+    assert bad in text
+    (records / f"{rec.id}.yaml").write_text(text)
+    r = run_cli("gate", "--contract", str(ROOT / "ci" / "contracts" / "cpu-perf.yaml"), "--records", str(records),
+                "--baseline-records", str(records))
+    assert r.returncode == 2, r.stdout + r.stderr
+    where = "timing.calibration.samples_s[3]" if field == "calibration" else "timing.samples_s[3]"
+    assert f"{rec.id}.yaml" in r.stderr and where in r.stderr and "finite" in r.stderr, r.stderr
+
+
 #: runs of one record whose medians differ by more than this factor (after the calibration loop is
 #: divided out) cannot resolve a 30% slowdown against a 5-10% threshold: such a set is too noisy to judge
 QUIET = 1.20
