@@ -52,6 +52,10 @@ def _resample(rng: random.Random, groups: Sequence[Sequence[float]]) -> list[flo
     return [x for g in picked for x in rng.choices(g, k=len(g))]
 
 
+def _median_ratio(now: Sequence[Sequence[float]], before: Sequence[Sequence[float]]) -> float:
+    return statistics.median([x for g in now for x in g]) / max(statistics.median([x for g in before for x in g]), 1e-12)
+
+
 def ratio_ci(
     now: Sequence[Sequence[float]], before: Sequence[Sequence[float]], confidence: float, seed: int = 0
 ) -> tuple[float, float, float]:
@@ -61,7 +65,7 @@ def ratio_ci(
         statistics.median(_resample(rng, now)) / max(statistics.median(_resample(rng, before)), 1e-12)
         for _ in range(RESAMPLES)
     )
-    point = statistics.median([x for g in now for x in g]) / max(statistics.median([x for g in before for x in g]), 1e-12)
+    point = _median_ratio(now, before)
     lo = ratios[int((1 - confidence) / 2 * (RESAMPLES - 1))]
     hi = ratios[int((1 + confidence) / 2 * (RESAMPLES - 1))]
     return point, min(lo, point), max(hi, point)
@@ -85,7 +89,7 @@ def _groups(now: PerfRecord, before: PerfRecord) -> tuple[list[list[float]], lis
     a, b = now.timing.calibration, before.timing.calibration
     raw_now, raw_before = now.timing.run_groups(), before.timing.run_groups()
     if a is not None and b is not None and (a.loop, a.python) == (b.loop, b.python):
-        raw = statistics.median(now.timing.samples_s) / max(statistics.median(before.timing.samples_s), 1e-12)
+        raw = _median_ratio(raw_now, raw_before)
         return (now.timing.normalised_groups(), before.timing.normalised_groups(),
                 f" (normalised by the calibration loop timed beside every window; raw {raw:.3f}x)")
     if a is None and b is None:

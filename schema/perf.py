@@ -164,17 +164,18 @@ class Timing(Model):
         default=None, description="host clocks: the calibration loop timed after every window (None on device clocks)"
     )
 
+    def _by_run(self, values: list[float]) -> list[list[float]]:
+        n = self.repetitions
+        return [values[i * n:(i + 1) * n] for i in range(self.runs)]
+
     def run_groups(self) -> list[list[float]]:
         """The samples of each run."""
-        n = self.repetitions
-        return [self.samples_s[i * n:(i + 1) * n] for i in range(self.runs)]
+        return self._by_run(self.samples_s)
 
     def normalised_groups(self) -> list[list[float]]:
         """Each run's samples divided by the calibration loop timed beside them (needs a calibration)."""
         assert self.calibration is not None, "normalised_groups needs a calibration"
-        ratios = [s / c for s, c in zip(self.samples_s, self.calibration.samples_s, strict=True)]
-        n = self.repetitions
-        return [ratios[i * n:(i + 1) * n] for i in range(self.runs)]
+        return self._by_run([s / c for s, c in zip(self.samples_s, self.calibration.samples_s, strict=True)])
 
     @model_validator(mode="after")
     def _consistent(self) -> Timing:
