@@ -7,7 +7,10 @@ A ``test`` task's payload names its units and which of them misbehave::
 Modes: ``segv`` (a real NULL read), ``abort`` (``os.abort``), ``exit`` (``os._exit(3)``),
 ``hang`` (sleeps far past any deadline), ``oom`` (a device OOM the handler classifies and
 records itself), ``oom-escape`` (a ``MemoryError`` escaping the handler), ``poison``
-(``WorkerPoisoned``), ``sick`` (an error after which :class:`SickCpuAdapter`'s health check fails).
+(``WorkerPoisoned``), ``sick`` (an error after which :class:`SickCpuAdapter`'s health check fails),
+``worn:N`` (a segfault only once this process has run N units: state a worker accumulates, not
+the input). Each finished unit is checkpointed (a fault's next attempt restores it; ``runs``, a
+file the payload may name, gets one line per unit actually run).
 Each unit may also ``sleep`` seconds, so that a run lasts long enough to be killed half-way;
 ``prepare`` seconds pass before the first unit (a handler's imports and sample generation).
 
@@ -34,6 +37,7 @@ from opmatrix.schema import CellRecord, CellResult, ErrorInfo, ExecPath, Outcome
 HANDLERS = {"test": "tests.runner_handlers:handle"}
 
 _SICK = False
+_RUN = 0  # units this process has run
 
 
 class SickCpuAdapter(CpuAdapter):
@@ -75,7 +79,10 @@ def make_tasks(
 
 def _misbehave(mode: str) -> None:
     global _SICK
-    if mode == "segv":
+    if mode.startswith("worn:"):
+        if _RUN >= int(mode.partition(":")[2]):
+            ctypes.string_at(0)
+    elif mode == "segv":
         ctypes.string_at(0)
     elif mode == "abort":
         os.abort()
@@ -117,18 +124,26 @@ def handle(
     ctx: WorkerContext, task: Task, progress: Callable[[str], None], skip: Mapping[str, Skip], skip_rest: Skip | None
 ) -> TaskRecord:
     """Run each unit (``u0`` ...), misbehaving where the payload says; record one cell per unit."""
+    global _RUN
     source = task.payload["source"]
     faults: dict[str, str] = task.payload.get("faults", {})
     time.sleep(task.payload.get("prepare", 0.0))  # host-side preparation before the first unit
     cells = []
     for index in range(task.payload.get("units", 3)):
         unit = f"u{index}"
+        if unit in ctx.carried:  # finished in an earlier attempt
+            cells.append(CellRecord.model_validate_json(ctx.carried[unit]))
+            continue
         fault = skip.get(unit) or skip_rest
         if fault is not None:
             error = ErrorInfo(type=fault.outcome, message=fault.message[:1000], actionable=False, signal=fault.signal)
             cells.append(_cell(source, index, unit, Outcome(fault.outcome), error))
             continue
         progress(unit)
+        _RUN += 1
+        if task.payload.get("runs"):
+            with open(task.payload["runs"], "a") as fh:
+                fh.write(f"{source}.{unit}\n")
         if task.payload.get("pid_dir"):  # lets a test check that no worker outlives its orchestrator
             Path(task.payload["pid_dir"], str(os.getpid())).touch()
         time.sleep(task.payload.get("sleep", 0.0))
@@ -142,7 +157,11 @@ def handle(
             cells.append(_cell(source, index, unit, Outcome(verdict.outcome), error))
             continue
         note = None if ctx.device is None else f"device={ctx.device}"
+        if unit in ctx.retried:
+            note = f"passed in a fresh worker; it had {ctx.retried[unit]}"
         cells.append(_cell(source, index, unit, Outcome.ok, None, note))
+        if ctx.checkpoint is not None:
+            ctx.checkpoint(unit, cells[-1].model_dump_json().encode())
     worst = max((c.result.outcome for c in cells), default=Outcome.ok)
     return TaskRecord(task=task.id, source=source, dtype="float32", outcome=worst, cells=cells)
 

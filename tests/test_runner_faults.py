@@ -87,7 +87,10 @@ def test_a_task_faulting_on_every_unit_terminates(faulty_run: tuple[Path, object
     out, summary = faulty_run
     record = _records(out)["t8|float32"]
     assert _outcomes(record) == {"u0": "crashed", "u1": "crashed", "u2": "crashed", "u3": "crashed"}
-    assert record["attempts"] == 4  # three that crashed, one that recorded the rest
+    # three that crashed, one that recorded the rest (and one more when the first crash was retried
+    # in a fresh worker, as a crash in a worker that had run other tasks first is)
+    retried = "(the second time" in record["cells"][0]["result"]["error"]["message"]
+    assert record["attempts"] == 4 + retried
 
 
 def test_summary_counts_faults_and_restarts(faulty_run: tuple[Path, object]) -> None:
@@ -95,8 +98,9 @@ def test_summary_counts_faults_and_restarts(faulty_run: tuple[Path, object]) -> 
     _, summary = faulty_run
     assert (summary.planned, summary.recorded, summary.probed, summary.aborted) == (10, 10, 10, False)
     assert summary.faults == {"crashed": 7, "hung": 1, "oom": 2, "poisoned": 1}
-    # oom handled inside the handler needs no restart; the other 9 faults each cost a worker
-    assert summary.restarts == 9
+    # oom handled inside the handler needs no restart; the other 9 faults each cost a worker, and
+    # so does each crash retried in a fresh worker (one that had run other units first)
+    assert summary.restarts == 9 + summary.retried
     assert summary.exit_code == 0
 
 
@@ -105,6 +109,41 @@ def test_no_unit_board_outlives_its_worker(faulty_run: tuple[Path, object]) -> N
     out, _ = faulty_run
     assert list((out / "workers").glob("w*.log"))
     assert not list((out / "workers").glob("*.unit"))
+
+
+def _one_task(tmp_path: Path, faults: dict[str, str], units: int = 6) -> tuple[dict, list[str], object]:
+    """One task in one worker: its record, the units that actually ran (in order), the summary."""
+    runs = tmp_path / "runs.txt"
+    task = make_tasks(1, units=units, faults={"t0": faults})[0]
+    task = Task(task.id, task.kind, {**task.payload, "runs": str(runs)})
+    summary = run([task], backend="cpu", out_dir=tmp_path / "out", workers=1, timeout=10.0, handlers=HANDLERS,
+                  progress=False)
+    return _records(tmp_path / "out")["t0|float32"], runs.read_text().split(), summary
+
+
+def test_units_finished_before_a_crash_are_not_run_again(tmp_path: Path) -> None:
+    """Two crashes in one task: the units before each are restored from their checkpoints, not
+    run again. u0 crashed a fresh worker (the input's fault: recorded); u4 crashed one that had
+    run u1..u3 first, so it runs once more as the first unit of a fresh worker, and crashes again."""
+    record, runs, summary = _one_task(tmp_path, {"u0": "segv", "u4": "segv"}, units=6)
+    assert _outcomes(record) == {"u0": "crashed", "u1": "ok", "u2": "ok", "u3": "ok", "u4": "crashed", "u5": "ok"}
+    assert runs == ["t0.u0", "t0.u1", "t0.u2", "t0.u3", "t0.u4", "t0.u4", "t0.u5"], runs
+    assert (summary.restarts, summary.retried) == (3, 1)
+    first = record["cells"][0]["result"]["error"]["message"]
+    assert "(the second time" not in first
+    message = record["cells"][4]["result"]["error"]["message"]
+    assert message.startswith("worker died by SIGSEGV") and "(the second time: it had first crashed (SIGSEGV)" in message
+
+
+def test_a_crash_from_what_the_worker_accumulated_passes_in_a_fresh_worker(tmp_path: Path) -> None:
+    """u4 kills a worker only after it has run four units (a JIT out of code memory, a leak): in a
+    fresh worker it passes, and its cell says what happened the first time; nothing else re-runs."""
+    record, runs, summary = _one_task(tmp_path, {"u4": "worn:4"}, units=6)
+    assert _outcomes(record) == {f"u{i}": "ok" for i in range(6)}
+    assert runs == ["t0.u0", "t0.u1", "t0.u2", "t0.u3", "t0.u4", "t0.u4", "t0.u5"], runs
+    note = record["cells"][4]["result"]["note"]
+    assert note.startswith("passed in a fresh worker; it had crashed (SIGSEGV) a worker that had run 4 units"), note
+    assert (summary.restarts, summary.retried, summary.faulted) == (1, 1, 0)
 
 
 def test_failed_health_check_after_a_fault_replaces_the_worker(tmp_path: Path) -> None:

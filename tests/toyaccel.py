@@ -18,7 +18,9 @@ other op is a clean "could not run" rejection.
 
 ``TOYACCEL_FAULT=crash:mul`` (or ``abort``, ``hang``) makes the ``mul`` kernel fault;
 ``hostile:mul`` (``hostile-error:mul``) makes it reject (fail) with :data:`HOSTILE_MESSAGE`;
-``unreadable:mul`` raises an error whose ``str()`` raises.
+``unreadable:mul`` raises an error whose ``str()`` raises; ``worn:mul`` segfaults once this
+process has called the kernel ``TOYACCEL_WORN_AFTER`` times (default 20): a fault from what the
+worker accumulated (torch_xla's JIT running out of code memory), not from the input.
 ``TOYACCEL_CPP_KERNELS=PATH`` loads C++ kernels (``tests/toyaccel_kernels.cpp``, built by
 :func:`build_cpp_kernels`) into the ``fallback`` flavour: ``atan2``, native for float32/16, host
 fallback from inside the C++ kernel for float64, rejected for integers, a crash on empty inputs.
@@ -130,11 +132,18 @@ def to_copy(self: torch.Tensor, **kw: Any) -> torch.Tensor:
 # -- kernels ---------------------------------------------------------------------------------
 
 
+_CALLS: dict[str, int] = {}
+
+
 def _fault(op: str) -> None:
     mode, _, target = os.environ.get("TOYACCEL_FAULT", "").partition(":")
     if target != op:
         return
-    if mode == "crash":
+    _CALLS[op] = _CALLS.get(op, 0) + 1
+    if mode == "worn" and _CALLS[op] > int(os.environ.get("TOYACCEL_WORN_AFTER", "20")):
+        os.kill(os.getpid(), signal.SIGSEGV)
+        time.sleep(5)
+    elif mode == "crash":
         os.kill(os.getpid(), signal.SIGSEGV)
         time.sleep(5)
     elif mode == "abort":

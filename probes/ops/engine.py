@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import pickle
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -157,8 +158,13 @@ class _TaskRun:
     """The units of one task, in order, with what the runner said about earlier attempts."""
 
     def __init__(self, st: EngineState, entry: OpEntry, dtype_name: str, opts: ProbeOptions, plan: SkipPlan,
-                 progress: Callable[[str], None] | None):
+                 progress: Callable[[str], None] | None, ctx: Any = None):
         self.st, self.entry, self.dtype_name, self.opts, self.plan = st, entry, dtype_name, opts, plan
+        #: what the runner kept of earlier attempts (:mod:`opmatrix.probes.runner.carry`): units they
+        #: finished (restored, not run again), units retried in a fresh worker, where to checkpoint
+        self.carried: Mapping[str, bytes] = getattr(ctx, "carried", None) or {}
+        self.retried: Mapping[str, str] = getattr(ctx, "retried", None) or {}
+        self.checkpoint: Callable[[str, bytes], None] | None = getattr(ctx, "checkpoint", None)
         self.dtype = getattr(torch, dtype_name)
         self.progress = progress or (lambda unit: None)
         self.results: list[SampleResult] = []
@@ -181,8 +187,49 @@ class _TaskRun:
     def unit(self, unit: Unit) -> None:
         """Probe one unit (eager, then compile when wanted), or record why it does not run."""
         uid = unit_id(unit, "eager")
+        carried = self.carried.get(uid)
+        if carried is not None:  # an earlier attempt finished it before its worker died
+            self._restore(unit, pickle.loads(carried))
+            return
         if not self._admit(unit, uid, Mode.eager):
             return
+        before = (len(self.results), self.invalid, self.failed_units,
+                  self.autograd_budget.get((unit.overload, unit.rank, unit.layout), 0),
+                  self.compile_done.get((unit.overload, unit.rank), False))
+        self._run(unit, uid)
+        self._noted_retries(unit, before[0])
+        if self.checkpoint is not None:
+            start, invalid, failed, grads, compiled = before
+            self.checkpoint(uid, pickle.dumps((
+                self.results[start:], self.invalid - invalid, self.failed_units - failed, self.representative_done,
+                self.autograd_budget.get((unit.overload, unit.rank, unit.layout), 0) - grads,
+                self.compile_done.get((unit.overload, unit.rank), False) and not compiled)))
+
+    def _restore(self, unit: Unit, done: tuple[Any, ...]) -> None:
+        """Take back a unit an earlier attempt finished: its results and what it counted."""
+        results, invalid, failed, representative, grads, compiled = done
+        self.results.extend(results)
+        self.invalid, self.failed_units = self.invalid + invalid, self.failed_units + failed
+        self.representative_done = self.representative_done or representative
+        key = (unit.overload, unit.rank, unit.layout)
+        self.autograd_budget[key] = self.autograd_budget.get(key, 0) + grads
+        if compiled:
+            self.compile_done[(unit.overload, unit.rank)] = True
+
+    def _noted_retries(self, unit: Unit, start: int) -> None:
+        """A step that crashed a worker which had run other units first, then ran without a fault
+        as the first unit of a fresh worker: its cell says so (the worker's state killed it, not
+        this input)."""
+        for result in self.results[start:]:
+            steps = ["compile"] if result.mode is Mode.compile else ["eager", "backward"]
+            for step in steps:
+                sid = unit_id(unit, step)
+                if sid in self.retried and (step != "backward" or result.autograd is not None):
+                    result.note = "; ".join(filter(None, [result.note, (
+                        f"{step} ran without a fault as the first unit of a fresh worker; it had first "
+                        f"{self.retried[sid]}")]))
+
+    def _run(self, unit: Unit, uid: str) -> None:
         no_ref, own = None, None
         key = values_key(unit)
         ref: Reference | None = self.references.get(key)
@@ -310,7 +357,7 @@ def probe_task(adapter_or_ctx: Any, source: str, dtype_name: str, *, options: Ma
     except Exception as exc:  # noqa: BLE001 - OpInfo cannot make samples for this dtype
         return TaskRecord(task=tid, source=source, dtype=dtype_name, outcome=Outcome.ok,
                           skipped=f"OpInfo yields no samples at {dtype_name}: {type(exc).__name__}: {str(exc)[:200]}")
-    run = _TaskRun(st, entry, dtype_name, opts, SkipPlan(skip, skip_rest), progress)
+    run = _TaskRun(st, entry, dtype_name, opts, SkipPlan(skip, skip_rest), progress, ctx)
     for unit in units(st, entry, samples, opts, values_undefined(entry, dtype)):
         run.unit(unit)
     if run.failed_units:

@@ -101,7 +101,9 @@ def _finish(state: Run, started: float, progress: bool) -> None:
     state.progress.tick(final=True)
     tail = (
         f"{summary.recorded}/{summary.planned} tasks recorded in {state.path} ({summary.reused} reused, "
-        f"{summary.resumed} resumed, {summary.restarts} worker restarts, {summary.faulted} faulted cells)"
+        f"{summary.resumed} resumed, {summary.restarts} worker restarts"
+        f"{f' ({summary.retried} to retry a crash in a fresh worker)' if summary.retried else ''}, "
+        f"{summary.faulted} faulted cells)"
     )
     if summary.aborted:
         state.progress.note(f"aborted: {summary.message}")

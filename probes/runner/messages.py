@@ -24,11 +24,15 @@ __all__ = ["Done", "Fault", "FromWorker", "Poisoned", "Ready", "RunTask", "Setup
 @dataclass(frozen=True)
 class RunTask:
     """Run ``task``; ``skip`` names units an earlier attempt blamed, ``skip_rest`` the fault that
-    rules out every later unit."""
+    rules out every later unit, ``done`` the units earlier attempts finished (their checkpoints,
+    :mod:`.carry`), ``retried`` the units that faulted a worker which had run others before and
+    run again now, first in a fresh worker (unit -> what happened the first time)."""
 
     task: Task
     skip: dict[str, Skip] = field(default_factory=dict)
     skip_rest: Skip | None = None
+    done: dict[str, bytes] = field(default_factory=dict)
+    retried: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ from pathlib import Path
 from .task import Skip, Task
 
 __all__ = ["COMPILE_TIMEOUT_FACTOR", "MAX_STARTUP_FAILURES", "MAX_TASK_FAULTS", "Aborted", "Job", "RunSummary",
-           "default_max_restarts", "fault_budget", "ordered", "sigterm_as_interrupt", "unit_limit"]
+           "default_max_restarts", "confirmed", "fault_budget", "ordered", "retry_in_fresh_worker", "sigterm_as_interrupt",
+           "unit_limit"]
 
 #: faults any task may cause before its remaining units are listed as not run
 MAX_TASK_FAULTS = 3
@@ -68,6 +69,7 @@ class RunSummary:
     reused: int = 0
     resumed: int = 0
     restarts: int = 0
+    retried: int = 0  # units retried in a fresh worker after a crash (each one a restart)
     faults: dict[str, int] = field(default_factory=dict)
     paths: dict[str, int] = field(default_factory=dict)
     aborted: bool = False
@@ -99,8 +101,47 @@ class Job:
     faults: int = 0
     attempts: int = 0
     started: float = 0.0
-    units: int = 0  # most units one attempt announced (the fault budget grows with it)
+    units: int = 0  # most units the task has run (carried ones included): the fault budget grows with it
     seq0: int = 0  # the worker board's sequence number when this attempt started
+    done: dict[str, bytes] = field(default_factory=dict)  # units earlier attempts finished (:mod:`.carry`)
+    retried: dict[str, str] = field(default_factory=dict)  # units run again in a fresh worker after a fault
+    fresh: bool = False  # the next attempt must start in a worker that has run nothing yet
+    worker_units: int = 0  # units the worker had announced when it faulted (this one included)
+
+
+#: faults worth a second try in a fresh worker: the process died, which accumulated state (a JIT
+#: out of code memory, a leak, a corrupted allocator) can cause as well as the input. A hang is
+#: not retried (it would cost another full timeout), nor a poisoned device (positive evidence).
+RETRY_OUTCOMES = ("crashed", "oom")
+#: a worker that had announced more units than one unit's eager, backward and compile steps had
+#: run other units first: its fault may be theirs
+FRESH_UNITS = 3
+
+
+def retry_in_fresh_worker(job: Job, unit: str | None, skip: Skip) -> bool:
+    """Whether ``unit``'s fault is retried once as the first unit of a fresh worker (and mark it so).
+
+    The second fault of the same unit is the confirmation (recorded as usual, "again in a fresh
+    worker"); a unit that passes there is recorded with a note saying what happened the first
+    time. A fault in a worker that had run nothing else is the input's: never retried."""
+    if unit is None or skip.outcome not in RETRY_OUTCOMES or unit in job.retried or unit in job.skip:
+        return False
+    if job.worker_units <= FRESH_UNITS:
+        return False
+    first = next((line for line in skip.message.splitlines() if line.strip()), "").split("; ")[0][:160]
+    how = f"{skip.outcome}{f' ({skip.signal})' if skip.signal else ''}"
+    job.retried[unit] = f"{how} a worker that had run {job.worker_units - 1} units before it ({first})"
+    job.fresh = True
+    return True
+
+
+def confirmed(job: Job, unit: str | None, skip: Skip) -> Skip:
+    """The fault of a unit that already faulted once before its retry: said to be the second."""
+    if unit is None or unit not in job.retried or unit in job.skip:
+        return skip
+    head, _, rest = skip.message.partition("\n")  # the note after the first line: a clipped message keeps it
+    note = f"(the second time: it had first {job.retried[unit]}, then again as the first unit of a fresh worker)"
+    return Skip(skip.outcome, f"{head}\n{note}\n{rest}".rstrip("\n"), skip.signal)
 
 
 class Aborted(Exception):

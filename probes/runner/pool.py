@@ -2,7 +2,8 @@
 
 Each worker slot ``i`` logs to ``DIR/workers/w<i>.log`` (appended across replacements); the
 parent remembers where the current incarnation started so a crash message holds only its tail.
-Each incarnation gets a fresh unit board, ``DIR/workers/w<i>.unit``, removed when it is gone.
+Each incarnation gets a fresh unit board, ``DIR/workers/w<i>.unit``, and carry file,
+``DIR/workers/w<i>.carry`` (:mod:`.carry`), both removed when it is gone.
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from .board import UnitBoard
-from .messages import ToWorker
+from .messages import Stop, ToWorker
 from .worker import WorkerSpec, worker_main
 
-__all__ = ["WorkerHandle", "exit_fault", "last_words", "spawn_worker"]
+__all__ = ["WorkerHandle", "exit_fault", "last_words", "spawn_worker", "stop_workers"]
 
 _CTX = mp.get_context("spawn")  # never fork: a forked child inherits an initialised device
 # not daemonic: a worker may start helpers of its own (compile pools); run() stops every worker itself
@@ -44,6 +45,8 @@ class WorkerHandle:
     unit: str | None = None
     deadline: float = float("inf")
     gone: bool = False  # told to exit (poisoned / fault message) or found dead
+    carry: Path | None = None  # its carry file: the units the current task finished
+    tasks: int = 0  # tasks handed to this incarnation (0: fresh, nothing has run in it)
 
     def look(self) -> bool:
         """Read the board: True when the worker started a new unit of its current task (``unit``)."""
@@ -59,6 +62,8 @@ class WorkerHandle:
         """Close the pipe and remove the board of a worker that has exited."""
         self.conn.close()
         self.board.close(remove=True)
+        if self.carry is not None:
+            self.carry.unlink(missing_ok=True)
 
     def send(self, msg: ToWorker) -> bool:
         """Send a message; False when the worker's end is already closed."""
@@ -123,11 +128,15 @@ def spawn_worker(slot: int, spec: WorkerSpec) -> WorkerHandle:
     log.parent.mkdir(parents=True, exist_ok=True)
     offset = log.stat().st_size if log.exists() else 0
     board = UnitBoard(spec.board_path, create=True)  # zeroed: nothing of an earlier incarnation's units
+    carry = Path(spec.carry_path) if spec.carry_path else None
+    if carry is not None:
+        carry.write_bytes(b"")
     parent_end, child_end = _CTX.Pipe(duplex=True)
     process = _CTX.Process(target=worker_main, args=(slot, child_end, spec), name=f"opmatrix-w{slot}")
     process.start()
     child_end.close()
-    return WorkerHandle(slot=slot, process=process, conn=parent_end, log=log, log_offset=offset, board=board)
+    return WorkerHandle(slot=slot, process=process, conn=parent_end, log=log, log_offset=offset, board=board,
+                        carry=carry)
 
 
 def exit_fault(handle: WorkerHandle) -> tuple[str | None, str]:
@@ -146,3 +155,14 @@ def exit_fault(handle: WorkerHandle) -> tuple[str | None, str]:
         return name, f"{why}; its last output:\n{tail}" if tail else why
     why = f"worker exited with code {code}"
     return None, f"{why}; its last output:\n{tail}" if tail else why
+
+
+def stop_workers(handles: list[WorkerHandle]) -> None:
+    """Ask idle workers to stop (they exit in parallel, 2 s at most), kill busy ones."""
+    idle = [w for w in handles if w.job is None and w.ready and w.send(Stop())]
+    for handle in handles:
+        if handle not in idle:
+            handle.kill()
+    end = time.monotonic() + 2.0
+    for handle in idle:
+        handle.stop(max(0.0, end - time.monotonic()))

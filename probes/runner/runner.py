@@ -7,10 +7,12 @@ Each task goes to an idle worker; the worker posts each unit on its unit board b
 it (:mod:`.board`) and sends the record when done. No new unit for ``timeout`` seconds means the
 running unit *hung*; a dead worker means it *crashed* (signal and stderr tail recorded); a worker
 that reports a poisoned device is replaced. In every case the task is requeued with that unit
-marked, so its other units still run; after :func:`fault_budget` faults (it grows with the units
-the task has run) the units after the last faulted one are listed as not run, with the reason
-(never cells: the handler decides, see :class:`~.task.Skip`). Each fault costs a worker
-restart; past ``max_restarts`` the run aborts.
+marked, so its other units still run, and with the units it finished (:mod:`.carry`) so they
+are not run again; after :func:`fault_budget` faults (it grows with the units the task has run)
+the units after the last faulted one are listed as not run, with the reason (never cells: the
+handler decides, see :class:`~.task.Skip`); a crash may first be retried in a fresh worker
+(:func:`~.plan.retry_in_fresh_worker`). Each fault costs a worker restart; past
+``max_restarts`` the run aborts (a retry raises the cap by one).
 """
 
 from __future__ import annotations
@@ -25,21 +27,24 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
+from .carry import read_carried
 from .header import header_line
 from .identity import IDENTITY_FILE, cached_identity, fingerprint, store_identity
 from .journal import Journal, JournalState, load_reusable, open_for_resume, rotate, task_key
-from .messages import Done, FromWorker, Poisoned, Ready, RunTask, SetupFailed, Stop
+from .messages import Done, FromWorker, Poisoned, Ready, RunTask, SetupFailed
 from .plan import (
     MAX_STARTUP_FAILURES,
     MAX_TASK_FAULTS,
     Aborted,
     Job,
     RunSummary,
+    confirmed,
     default_max_restarts,
     fault_budget,
+    retry_in_fresh_worker,
     unit_limit,
 )
-from .pool import WorkerHandle, exit_fault, spawn_worker
+from .pool import WorkerHandle, exit_fault, spawn_worker, stop_workers
 from .progress import Progress
 from .task import Skip, Task, fault_record
 from .worker import WorkerSpec
@@ -49,25 +54,10 @@ __all__ = ["MAX_TASK_FAULTS", "Run", "RunSummary", "default_max_restarts", "faul
 class Run:
     """One run's state; :func:`run` is its public face."""
 
-    def __init__(
-        self,
-        tasks: list[Task],
-        out_dir: Path,
-        *,
-        backend: str,
-        generation: str | None,
-        workers: int,
-        timeout: float,
-        resume: bool,
-        devices: list[int] | None,
-        max_restarts: int,
-        options: dict[str, Any],
-        progress: bool,
-        command: str,
-        handlers: dict[str, str],
-        threads: int | None,
-        header: dict[str, Any],
-    ):
+    def __init__(self, tasks: list[Task], out_dir: Path, *, backend: str, generation: str | None, workers: int,
+                 timeout: float, resume: bool, devices: list[int] | None, max_restarts: int, options: dict[str, Any],
+                 progress: bool, command: str, handlers: dict[str, str], threads: int | None,
+                 header: dict[str, Any]):
         self.out_dir = out_dir
         self.started = time.monotonic()
         self.backend, self.generation = backend, generation
@@ -94,9 +84,8 @@ class Run:
         self.pending: deque[Job] = self._open_journal(tasks, resume, workers, progress)
         self.n_workers = max(1, min(workers, len(self.pending)))
         self.threads = threads or max(1, (os.cpu_count() or 1) // self.n_workers)
-        self.fingerprint = fingerprint(
-            backend, generation, devices=devices, kinds=self.kinds, handlers=handlers, options=options
-        )
+        self.fingerprint = fingerprint(backend, generation, devices=devices, kinds=self.kinds, handlers=handlers,
+                                       options=options)
         cached = cached_identity(out_dir, self.fingerprint) if self.reusable and self.pending else None
         if cached is not None:  # an unchanged host-identified backend: reuse without starting a worker
             self._adopt(self._key(cached), cached)
@@ -135,6 +124,7 @@ class Run:
             generation=self.generation,
             log_path=str(self.out_dir / "workers" / f"w{slot}.log"),
             board_path=str(self.out_dir / "workers" / f"w{slot}.unit"),
+            carry_path=str(self.out_dir / "workers" / f"w{slot}.carry"),
             parent_pid=os.getpid(),
             handlers=self.handlers,
             kinds=self.kinds,
@@ -164,7 +154,10 @@ class Run:
         job = handle.job
         if job is not None:  # each post bumps the board's sequence number by 2
             handle.look()
-            job.units = max(job.units, (handle.seen - job.seq0) // 2)
+            job.units = max(job.units, len(job.done) + (handle.seen - job.seq0) // 2)
+            job.worker_units = handle.seen // 2
+            if handle.carry is not None:
+                job.done.update(read_carried(handle.carry, job.task.id))
         if handle.process.is_alive():
             handle.kill()
         else:
@@ -300,14 +293,21 @@ class Run:
     # -- bookkeeping ---------------------------------------------------------------------------
 
     def _fault(self, job: Job, unit: str | None, skip: Skip) -> None:
-        """Requeue ``job`` with ``unit`` marked; past the fault limit, skip what is left."""
-        job.faults += 1
+        """Requeue ``job`` with ``unit`` marked (or retried); past the fault limit, skip what is left."""
         what = f"{skip.outcome}{f' ({skip.signal})' if skip.signal else ''}"
         lines = [line for line in skip.message.splitlines() if line.strip()]
         first = lines[0] if lines else ""
         # the first line says how it ended, the last (of a worker's last output) usually why
         said = first[:160] + (f" ... {lines[-1].strip()[:160]}" if len(lines) > 1 else "")
         self.progress.note(f"{what}: task {job.task.id} unit {unit}: {said}")
+        if retry_in_fresh_worker(job, unit, skip):
+            self.max_restarts += 1  # the retry's restart is not the backend's: keep the cap's meaning
+            self.summary.retried += 1
+            self.progress.note(f"retrying unit {unit} of task {job.task.id} as the first unit of a fresh worker")
+            self.pending.appendleft(job)
+            return
+        job.faults += 1
+        skip = confirmed(job, unit, skip)
         budget = fault_budget(job.units)
         if (unit is None and job.skip_rest is not None) or unit in job.skip or job.faults > 2 * budget:
             # nothing new to blame: the task itself is the fault
@@ -342,12 +342,19 @@ class Run:
                 return
             if not handle.ready or handle.job is not None or handle.gone:
                 continue
-            job = self.pending.popleft()
+            job = next((j for j in self.pending if handle.tasks == 0 or not j.fresh), None)
+            if job is None:  # only retries wait, for a fresh worker: make one unless one is coming
+                if not any(w.tasks == 0 for w in self.workers.values()):
+                    stop_workers([self.workers.pop(handle.slot)])
+                continue
+            self.pending.remove(job)
             job.seq0 = handle.board.read()[0]  # before the worker can post the task's first unit
-            if not handle.send(RunTask(job.task, dict(job.skip), job.skip_rest)):
+            if not handle.send(RunTask(job.task, dict(job.skip), job.skip_rest, dict(job.done), dict(job.retried))):
                 self.pending.appendleft(job)
                 handle.gone = True
                 continue
+            handle.tasks += 1
+            job.fresh = False
             job.attempts += 1
             job.started = job.started or time.monotonic()
             handle.job, handle.unit = job, None
@@ -382,12 +389,6 @@ class Run:
 
     def shutdown(self) -> None:
         """Stop idle workers, kill busy ones, close the journal (fsync)."""
-        idle = [w for w in self.workers.values() if w.job is None and w.ready and w.send(Stop())]
-        for handle in self.workers.values():
-            if handle not in idle:
-                handle.kill()
-        end = time.monotonic() + 2.0
-        for handle in idle:  # all were asked at once: they exit in parallel
-            handle.stop(max(0.0, end - time.monotonic()))
+        stop_workers(list(self.workers.values()))
         self.workers.clear()
         self.journal.close()

@@ -16,6 +16,10 @@ its journal record. Before every risky *unit* (one sample x layout on the device
             cells.append(run_unit(ctx.adapter, unit))
         return TaskRecord(task=task.id, ..., cells=cells)
 
+A handler may also call ``ctx.checkpoint(unit, payload)`` after each unit it finishes and, on the
+next attempt after a fault, restore the units in ``ctx.carried`` instead of running them again
+(:mod:`.carry`); one that does not simply re-runs them.
+
 ``skip`` maps units that already crashed / hung / poisoned the worker in an earlier attempt to
 their :class:`Skip`; ``skip_rest`` (after a task faulted too often) is the fault to record on
 every unit not yet run. A handler that finds the device unusable raises :class:`WorkerPoisoned`
@@ -95,6 +99,12 @@ class WorkerContext:
     cache: dict[str, Any] = field(default_factory=dict)
     device: int | None = None
     backend: str | None = None  # the --backend spec the adapter was built from (for child processes)
+    #: the current task's units that earlier attempts finished (unit -> the handler's checkpoint)
+    carried: dict[str, bytes] = field(default_factory=dict)
+    #: units that faulted a worker which had run other units first, run again now (unit -> what happened)
+    retried: dict[str, str] = field(default_factory=dict)
+    #: ``checkpoint(unit, payload)``: keep a finished unit should the worker die later in the task
+    checkpoint: Callable[[str, bytes], None] | None = None
 
     def check_health(self, unit: str | None) -> None:
         """Raise :class:`WorkerPoisoned` blaming ``unit`` when the adapter's health check fails

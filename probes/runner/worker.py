@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from .board import UnitBoard
+from .carry import CarryWriter
 from .messages import Done, Fault, Poisoned, Ready, RunTask, SetupFailed
 from .task import Skip, Task, WorkerContext, WorkerPoisoned, resolve_handler
 
@@ -53,6 +54,7 @@ class WorkerSpec:
     device: int | None = None
     threads: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    carry_path: str = ""  # where finished units are checkpointed (:mod:`.carry`); "" for none
 
 
 def _die_with_parent(parent_pid: int) -> None:
@@ -175,6 +177,7 @@ def worker_main(slot: int, conn: Connection, spec: WorkerSpec) -> None:
         conn.send(SetupFailed(slot, traceback.format_exc()[-4000:]))
         return
     board = UnitBoard(spec.board_path)
+    carry = CarryWriter(spec.carry_path) if spec.carry_path else None
     conn.send(Ready(slot, identity))
     handlers: dict[str, Any] = {}
     while True:
@@ -184,6 +187,9 @@ def worker_main(slot: int, conn: Connection, spec: WorkerSpec) -> None:
             _quit()
         if not isinstance(msg, RunTask):  # Stop
             _quit()
+        if carry is not None:
+            carry.start(msg.task.id)
+        ctx.carried, ctx.retried, ctx.checkpoint = dict(msg.done), dict(msg.retried), carry
         if not _serve(ctx, conn, board, msg.task, msg.skip, msg.skip_rest, handlers, spec.handlers):
             return
 
