@@ -61,3 +61,23 @@ def test_close_can_remove_the_file(tmp_path: Path) -> None:
     board.close(remove=True)
     assert not (tmp_path / "w0.unit").exists()
     assert board.read() == (0, None, None)
+
+
+def test_carry_file_keeps_the_task_units_and_drops_a_frame_cut_short(tmp_path: Path) -> None:
+    """What a worker checkpointed comes back for its task only; a frame the worker died writing is
+    dropped (that unit runs again), and a new task starts from an empty file."""
+    from opmatrix.probes.runner.carry import CarryWriter, read_carried
+
+    path = tmp_path / "w0.carry"
+    writer = CarryWriter(path)
+    writer.start("add|float32")
+    writer("0/contiguous/eager", b"\x00first")
+    writer("1/contiguous/eager", b"second \xff")
+    assert read_carried(path, "add|float32") == {"0/contiguous/eager": b"\x00first", "1/contiguous/eager": b"second \xff"}
+    assert read_carried(path, "mul|float32") == {}
+    with path.open("ab") as fh:  # the worker died half-way through a frame
+        fh.write(b"\x0b\x00\x00\x00\x12\x00\x00\x00\x40\x00\x00\x00add|float32 2/cont")
+    assert set(read_carried(path, "add|float32")) == {"0/contiguous/eager", "1/contiguous/eager"}
+    writer.start("mul|float32")
+    assert path.stat().st_size == 0 and read_carried(path, "add|float32") == {}
+    assert read_carried(tmp_path / "missing.carry", "add|float32") == {}

@@ -132,7 +132,7 @@ def test_units_finished_before_a_crash_are_not_run_again(tmp_path: Path) -> None
     first = record["cells"][0]["result"]["error"]["message"]
     assert "(the second time" not in first
     message = record["cells"][4]["result"]["error"]["message"]
-    assert message.startswith("worker died by SIGSEGV") and "(the second time: it had first crashed (SIGSEGV)" in message
+    assert message.startswith("worker died by SIGSEGV") and "(the second time: it had first crashed (SIGSEGV) a worker that had run 3 units before it" in message
 
 
 def test_a_crash_from_what_the_worker_accumulated_passes_in_a_fresh_worker(tmp_path: Path) -> None:

@@ -9,7 +9,8 @@ one decision per unit, erasing nothing:
 - the later layouts of a sample that faulted in eager are *not run* (the input is what kills the
   device); after a backward or compile fault, that mode is not run for the rest of the task;
 - with ``skip_rest``, the units after the last faulted one are *not run*; the units before it
-  ran to the end in an earlier attempt and run again, so their results stay.
+  finished in an earlier attempt and are restored from their checkpoints (the engine's
+  ``_TaskRun``; :mod:`opmatrix.probes.runner.carry`), never run again.
 
 A unit that is not run is not a cell: it is listed in ``TaskRecord.not_run`` with the reason.
 """

@@ -121,9 +121,11 @@ FRESH_UNITS = 3
 def retry_in_fresh_worker(job: Job, unit: str | None, skip: Skip) -> bool:
     """Whether ``unit``'s fault is retried once as the first unit of a fresh worker (and mark it so).
 
-    The second fault of the same unit is the confirmation (recorded as usual, "again in a fresh
-    worker"); a unit that passes there is recorded with a note saying what happened the first
-    time. A fault in a worker that had run nothing else is the input's: never retried."""
+    The second fault of the same unit is the confirmation (recorded as usual, "the second time");
+    a unit that passes there is recorded with a note saying what happened the first time (a
+    handler that checkpoints its units runs it first in that worker; one that does not re-runs
+    its earlier units before it). A fault in a worker that had run nothing else is the input's:
+    never retried."""
     if unit is None or skip.outcome not in RETRY_OUTCOMES or unit in job.retried or unit in job.skip:
         return False
     if job.worker_units <= FRESH_UNITS:
@@ -140,7 +142,7 @@ def confirmed(job: Job, unit: str | None, skip: Skip) -> Skip:
     if unit is None or unit not in job.retried or unit in job.skip:
         return skip
     head, _, rest = skip.message.partition("\n")  # the note after the first line: a clipped message keeps it
-    note = f"(the second time: it had first {job.retried[unit]}, then again as the first unit of a fresh worker)"
+    note = f"(the second time: it had first {job.retried[unit]}, then again in a fresh worker)"
     return Skip(skip.outcome, f"{head}\n{note}\n{rest}".rstrip("\n"), skip.signal)
 
 
