@@ -35,12 +35,16 @@ browser-deps:
 	fi
 
 # Everything: the fast tests, the slow end-to-end ones (real probes in subprocesses) and the browser.
+# TEST_JOBS pytest processes (pytest-xdist, one test file each at a time: module fixtures are built
+# once), then the tests that measure real time, alone (marker `serial`: the perf gate's own checks).
+TEST_JOBS ?= 2
 test: setup browser-deps
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile -m "not serial"
+	$(PY) -m pytest -q -m serial
 
 # The inner loop: no slow end-to-end tests, no browser (nothing installed on the system).
 test-fast: setup
-	$(PY) -m pytest -q -m "not slow and not browser"
+	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile -m "not slow and not browser"
 
 # XLA devices, proven on torch_xla's CPU device (PJRT_DEVICE=CPU). torch_xla pins its torch (2.9: a
 # CUDA build, several GB), so torch and torch_xla live outside the clone in a cache folder keyed by

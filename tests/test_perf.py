@@ -175,6 +175,7 @@ def _bench(out: Path, *extra: str, env_backend: str = "cpu") -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_bench_rerun_passes_and_an_injected_30_percent_slowdown_blocks(tmp_path: Path):
     """Real cpu measurements: identical re-run gated against the first passes; --slowdown 1.3 blocks.
 
@@ -219,6 +220,7 @@ def test_bench_rerun_passes_and_an_injected_30_percent_slowdown_blocks(tmp_path:
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_refaccel_slowed_kernel_is_caught_naming_its_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """OPMATRIX_REFACCEL_SLOWDOWN slows the mm kernel itself; the gate blocks naming op.mm and its interval.
 
