@@ -124,7 +124,7 @@ def _one_task(tmp_path: Path, faults: dict[str, str], units: int = 6) -> tuple[d
 def test_units_finished_before_a_crash_are_not_run_again(tmp_path: Path) -> None:
     """Two crashes in one task: the units before each are restored from their checkpoints, not
     run again. u0 crashed a fresh worker (the input's fault: recorded); u4 crashed one that had
-    run u1..u3 first, so it runs once more as the first unit of a fresh worker, and crashes again."""
+    run u1..u3 first, so it runs once more in a fresh worker, and crashes again."""
     record, runs, summary = _one_task(tmp_path, {"u0": "segv", "u4": "segv"}, units=6)
     assert _outcomes(record) == {"u0": "crashed", "u1": "ok", "u2": "ok", "u3": "ok", "u4": "crashed", "u5": "ok"}
     assert runs == ["t0.u0", "t0.u1", "t0.u2", "t0.u3", "t0.u4", "t0.u4", "t0.u5"], runs

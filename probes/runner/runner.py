@@ -154,7 +154,9 @@ class Run:
         job = handle.job
         if job is not None:  # each post bumps the board's sequence number by 2
             handle.look()
-            job.units = max(job.units, len(job.done) + (handle.seen - job.seq0) // 2)
+            attempt = (handle.seen - job.seq0) // 2
+            # units carried over are not run again: the attempts add up (without, the longest counts)
+            job.units = job.units + attempt if job.done else max(job.units, attempt)
             job.worker_units = handle.seen // 2
             if handle.carry is not None:
                 job.done.update(read_carried(handle.carry, job.task.id))
@@ -303,7 +305,7 @@ class Run:
         if retry_in_fresh_worker(job, unit, skip):
             self.max_restarts += 1  # the retry's restart is not the backend's: keep the cap's meaning
             self.summary.retried += 1
-            self.progress.note(f"retrying unit {unit} of task {job.task.id} as the first unit of a fresh worker")
+            self.progress.note(f"retrying unit {unit} of task {job.task.id} in a fresh worker")
             self.pending.appendleft(job)
             return
         job.faults += 1
