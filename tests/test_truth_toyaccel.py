@@ -180,7 +180,7 @@ def test_a_worker_worn_out_by_its_own_history_loses_no_sample(tmp_path: Path) ->
     assert {e["outcome"] for e in entries} == {"ok"}, entries
     retries = [line for line in proc.stderr.splitlines() if line.startswith("retrying unit")]
     assert retries, proc.stderr[-2000:]
-    noted = [e for e in entries if "ran without a fault in a fresh worker; it had first crashed "
+    noted = [e for e in entries if "ran without a fault in a fresh worker (it had first crashed "
              "(SIGSEGV) a worker that had run" in (e.get("note") or "")]
     assert noted, entries
     assert not matrix.get("not_run")

@@ -235,8 +235,8 @@ class _TaskRun:
                 sid = unit_id(unit, step)
                 if sid in self.retried and (step != "backward" or result.autograd is not None):
                     result.note = "; ".join(filter(None, [result.note, (
-                        f"{step} ran without a fault in a fresh worker; it had first "
-                        f"{self.retried[sid]}")]))
+                        f"{step} ran without a fault in a fresh worker (it had first "
+                        f"{self.retried[sid]})")]))
 
     def _run(self, unit: Unit, uid: str) -> None:
         no_ref, own = None, None
