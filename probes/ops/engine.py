@@ -198,17 +198,16 @@ class _TaskRun:
             return
         if not self._admit(unit, uid, Mode.eager):
             return
-        before = (len(self.results), self.invalid, self.failed_units,
-                  self.autograd_budget.get((unit.overload, unit.rank, unit.layout), 0),
-                  self.compile_done.get((unit.overload, unit.rank), False))
+        akey, ckey = _budget_keys(unit)
+        start, invalid, failed = len(self.results), self.invalid, self.failed_units
+        grads, compiled = self.autograd_budget.get(akey, 0), self.compile_done.get(ckey, False)
         self._run(unit, uid)
-        self._noted_retries(unit, before[0])
-        if self.checkpoint is not None:
-            start, invalid, failed, grads, compiled = before
+        if self.retried:
+            self._noted_retries(unit, start)
+        if self.checkpoint is not None:  # what this unit added, to be restored as it is
             self.unsaved[uid] = (
                 self.results[start:], self.invalid - invalid, self.failed_units - failed, self.representative_done,
-                self.autograd_budget.get((unit.overload, unit.rank, unit.layout), 0) - grads,
-                self.compile_done.get((unit.overload, unit.rank), False) and not compiled)
+                self.autograd_budget.get(akey, 0) - grads, self.compile_done.get(ckey, False) and not compiled)
             now = time.perf_counter()
             if now - self.saved_at >= CHECKPOINT_S or len(self.unsaved) >= CHECKPOINT_UNITS:
                 self.checkpoint(f"{len(self.results)}@{now}", pickle.dumps(self.unsaved, protocol=5))
@@ -220,10 +219,10 @@ class _TaskRun:
         self.results.extend(results)
         self.invalid, self.failed_units = self.invalid + invalid, self.failed_units + failed
         self.representative_done = self.representative_done or representative
-        key = (unit.overload, unit.rank, unit.layout)
-        self.autograd_budget[key] = self.autograd_budget.get(key, 0) + grads
+        akey, ckey = _budget_keys(unit)
+        self.autograd_budget[akey] = self.autograd_budget.get(akey, 0) + grads
         if compiled:
-            self.compile_done[(unit.overload, unit.rank)] = True
+            self.compile_done[ckey] = True
 
     def _noted_retries(self, unit: Unit, start: int) -> None:
         """A step that crashed a worker which had run other units first, then ran without a fault
@@ -266,7 +265,7 @@ class _TaskRun:
     def _backward(self, unit: Unit, eager: SampleResult) -> None:
         """First-order backward as its own unit (budgeted per cell): a fault there is the
         backward's, never the forward's."""
-        key = (unit.overload, unit.rank, unit.layout)
+        key = _budget_keys(unit)[0]
         if (eager.error is not None or not self.opts.autograd or not differentiable(self.entry, self.dtype)
                 or self.autograd_budget.get(key, 0) >= self.opts.autograd_per_cell):
             return
@@ -306,7 +305,7 @@ class _TaskRun:
         )
         want = opts.compile != "off" and unit.layout is Layout.contiguous and (unavailable or representative)
         self.representative_done = self.representative_done or (want and representative)
-        ckey = (unit.overload, unit.rank)
+        ckey = _budget_keys(unit)[1]
         if not want or self.compile_done.get(ckey):
             return
         self.compile_done[ckey] = True
@@ -333,6 +332,11 @@ class _TaskRun:
 #: finished units a worker may lose when it dies (they run again in the next attempt): at most
 #: this many seconds' or this many units' worth, whichever is less
 CHECKPOINT_S, CHECKPOINT_UNITS = 0.25, 8
+
+
+def _budget_keys(unit: Unit) -> tuple[tuple[str, int, Any], tuple[str, int]]:
+    """What a unit counts against: its cell's backward budget and its (overload, rank)'s compile check."""
+    return (unit.overload, unit.rank, unit.layout), (unit.overload, unit.rank)
 
 
 def _raised(result: SampleResult) -> bool:
