@@ -33,11 +33,13 @@ def cache_dir(kind: str) -> Path | None:
     return Path(root) / kind
 
 
-def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> bool:
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, *, sync: bool = True) -> bool:
     """Write ``data`` to ``path`` atomically (temporary file + rename), only when it differs.
 
     Returns True when the file was written. The new file gets the usual mode (0666 less the
-    umask), not mkstemp's 0600; parent folders are created.
+    umask), not mkstemp's 0600; parent folders are created. ``sync=False`` skips the ``fsync``
+    before the rename, for cache entries: after a power cut one may be empty or torn, which its
+    reader takes for a miss.
     """
     target = Path(path)
     try:
@@ -51,7 +53,8 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> bool:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
-            os.fsync(fh.fileno())
+            if sync:
+                os.fsync(fh.fileno())
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
@@ -62,6 +65,6 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> bool:
     return True
 
 
-def write_text_atomic(path: str | os.PathLike[str], text: str) -> bool:
+def write_text_atomic(path: str | os.PathLike[str], text: str, *, sync: bool = True) -> bool:
     """Write UTF-8 ``text`` to ``path`` atomically, only when it differs; True when written."""
-    return write_bytes_atomic(path, text.encode("utf-8"))
+    return write_bytes_atomic(path, text.encode("utf-8"), sync=sync)

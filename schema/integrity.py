@@ -23,7 +23,7 @@ from pydantic import Field
 
 from .base import Model
 
-__all__ = ["PARSED_DIGEST", "Integrity", "content_digest", "parsed_digest"]
+__all__ = ["PARSED_DIGEST", "Integrity", "content_digest", "parsed_content"]
 
 
 class Integrity(Model):
@@ -34,30 +34,41 @@ class Integrity(Model):
     digest: str = Field(pattern=r"^sha256:[0-9a-f]{64}$", description="sha256 of the canonical JSON of the content")
 
 
-def content_digest(data: Any) -> str:
-    """``sha256:<hex>`` of ``data`` as canonical JSON (sorted keys, no spaces, inf/nan kept)."""
-    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=True)
+def _canonical(data: Any) -> str:
+    """``data`` as canonical JSON: sorted keys, no spaces, inf/nan kept."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=True)
+
+
+def _sha256(text: str) -> str:
     return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def content_digest(data: Any) -> str:
+    """``sha256:<hex>`` of ``data`` as canonical JSON (sorted keys, no spaces, inf/nan kept)."""
+    return _sha256(_canonical(data))
+
+
 #: validation context value set by the file loaders: the digest of the parsed document itself
-#: (:func:`parsed_digest`); when it equals the seal, the document is byte for byte the content the
+#: (:func:`parsed_content`); when it equals the seal, the document is byte for byte the content the
 #: writer sealed, and the model's own digest (a full dump, twice the cost) need not be recomputed
 PARSED_DIGEST = "opmatrix.parsed_digest"
 
 
-def parsed_digest(data: Any, schema_version: int) -> str | None:
-    """The integrity digest of a parsed matrix document as it stands (None when it has no seal).
+def parsed_content(data: Any, schema_version: int) -> tuple[str, str] | None:
+    """The integrity digest of a parsed matrix document as it stands, with the JSON it was taken of.
 
-    A writer seals the content it dumps (defaults left out, ``schema_version`` kept), so for a
-    file it wrote this equals ``Matrix.digest()`` of the validated model; for anything else
-    (defaults written out, an edit) it differs and the model's digest decides.
+    None when the document has no seal. A writer seals the content it dumps (defaults left out,
+    ``schema_version`` kept), so for a file it wrote the digest equals ``Matrix.digest()`` of the
+    validated model; for anything else (defaults written out, an edit) it differs and the model's
+    digest decides. The JSON (the content without its ``integrity`` block, as canonical JSON) is
+    returned too: the validated-model cache stores it rather than encoding the document again.
     """
     if not isinstance(data, dict) or "integrity" not in data:
         return None
     content = {k: v for k, v in data.items() if k != "integrity"}
     content.setdefault("schema_version", schema_version)
     try:
-        return content_digest(content)
+        text = _canonical(content)
     except (TypeError, ValueError):  # not plain JSON data (a YAML timestamp): validation will say
         return None
+    return _sha256(text), text

@@ -6,7 +6,7 @@ milliseconds. The YAML file stays the artifact of record; after a strict load, t
 model is also kept as JSON under a key made of
 
 - the SHA-256 of the YAML file's bytes (an edited file never hits a stale entry), and
-- a hash of the model's JSON Schema and the opmatrix version (a schema change misses),
+- a hash of the schema package's source and the opmatrix version (a schema change misses),
 
 like ``__pycache__`` for a module. The JSON is validated again when read, so a corrupted entry
 is only a miss; the matrix's integrity digest, checked on the YAML when the entry was written,
@@ -40,8 +40,14 @@ M = TypeVar("M", bound=BaseModel)
 
 @functools.lru_cache(maxsize=8)
 def _schema_tag(model: type[BaseModel]) -> str:
-    schema = json.dumps(model.model_json_schema(), sort_keys=True)
-    return hashlib.sha256(f"{__version__}\n{schema}".encode()).hexdigest()[:16]
+    """The model's name, the opmatrix version and the schema package's source: any change misses.
+
+    (Its JSON Schema would serve too, but building it costs 60 ms on every cold load.)
+    """
+    digest = hashlib.sha256(f"{__version__}\n{model.__module__}.{model.__qualname__}\n".encode())
+    for source in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(source.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def _entry(folder: Path, data: bytes, model: type[BaseModel]) -> Path:
@@ -65,21 +71,23 @@ def remember(data: bytes, model: type[BaseModel], content: dict[str, Any]) -> No
 
 
 def _store(entry: Path, content: Any) -> None:
+    """Write an entry: ``content``'s JSON, or ``content`` itself when it is JSON text already."""
     try:
         # json.dumps keeps inf/nan (as Infinity/NaN, which pydantic reads back); model_dump_json
         # would write null and a second, cached load would lose them
-        write_text_atomic(entry, json.dumps(content, allow_nan=True))
+        text = content if isinstance(content, str) else json.dumps(content, allow_nan=True)
+        write_text_atomic(entry, text, sync=False)  # a torn entry is invalid JSON: a miss
     except OSError:
         pass  # a cache that cannot be written only costs time
 
 
 def load_cached(path: str | os.PathLike[str], model: type[M],
-                parse: Callable[[str, str], tuple[M, dict[str, Any] | None]], strict: Callable[[], M]) -> M:
+                parse: Callable[[str, str], tuple[M, str | None]], strict: Callable[[], M]) -> M:
     """``strict()``'s model of ``path``, served from the cache when the same bytes were loaded before.
 
     ``parse(text, where)`` validates the text strictly (a miss) and returns the model with, where
-    it has it, the model's plain data (a document that is exactly what a writer dumped), which is
-    then stored as is instead of dumping the model again; ``strict()`` loads the file when it
+    it has it, the JSON of the model's plain data (a document that is exactly what a writer
+    dumped), which is then stored as is instead of dumping the model again; ``strict()`` loads the file when it
     cannot be read or decoded here, so that its errors are worded as always.
     """
     folder = cache_dir("matrices")

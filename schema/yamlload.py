@@ -29,6 +29,7 @@ from yaml.events import (
     ScalarEvent,
     SequenceEndEvent,
     SequenceStartEvent,
+    StreamEndEvent,
 )
 from yaml.nodes import ScalarNode
 
@@ -185,48 +186,64 @@ def _plain(value: str) -> Any:
 def _from_events(text: str) -> Any:
     """Build plain data straight from libyaml's parse events (no node tree, no resolver per scalar).
 
-    Containers under construction sit on a stack with the key waiting for its value; an anchor,
-    an alias, an explicit tag, a non-scalar or repeated key, or a second document is left to the
-    strict loader (:class:`_Fallback`)."""
-    stack: list[list[Any]] = []  # [container, pending key (maps only)]
+    Containers under construction sit on a stack, a mapping with the key waiting for its value;
+    an anchor, an alias, an explicit tag, a non-scalar or repeated key, or a second document is
+    left to the strict loader (:class:`_Fallback`). The loop is written out (no helper per value):
+    creating libyaml's event objects is most of a parse, and this loop is the rest.
+    """
     root: list[Any] = []
+    box: Any = root  # the container being filled
+    key: Any = _NO_KEY  # its pending key, when it is a mapping
+    stack: list[tuple[Any, Any]] = []  # the containers around it, with their pending keys
     documents = 0
-
-    def add(value: Any) -> None:
-        if not stack:
-            root.append(value)
-            return
-        top = stack[-1]
-        box = top[0]
-        if box.__class__ is list:
-            box.append(value)
-        elif top[1] is _NO_KEY:
-            if value.__class__ not in _KEY_CLASSES or value in box:
+    value: Any
+    typed: dict[str, Any] = {}  # plain scalar -> its value: a matrix repeats its keys and words thousands of times
+    parser: Any = yaml.CSafeLoader(text)
+    next_event = parser.get_event  # one call per event: yaml.parse's generator adds a check_event
+    try:
+        while True:
+            event = next_event()
+            cls = event.__class__
+            if cls is StreamEndEvent or event is None:
+                break
+            if cls is ScalarEvent:
+                if event.anchor is not None or event.tag not in (None, "!"):
+                    raise _Fallback
+                value = event.value
+                if not event.style and event.implicit[0]:
+                    plain = typed.get(value, _NO_KEY)
+                    if plain is _NO_KEY:
+                        plain = typed[value] = _plain(value)
+                    value = plain
+            elif cls is MappingStartEvent or cls is SequenceStartEvent:
+                if event.anchor is not None or event.tag is not None:
+                    raise _Fallback
+                stack.append((box, key))
+                box, key = ({} if cls is MappingStartEvent else []), _NO_KEY
+                continue
+            elif cls is MappingEndEvent or cls is SequenceEndEvent:
+                value = box
+                box, key = stack.pop()
+            elif cls is DocumentStartEvent:
+                documents += 1
+                if documents > 1:
+                    raise _Fallback
+                continue
+            elif cls is AliasEvent:
                 raise _Fallback
-            top[1] = value
-        else:
-            box[top[1]] = value
-            top[1] = _NO_KEY
-
-    events: Any = yaml.parse(text, Loader=yaml.CSafeLoader)  # typed as Event; the subclasses have the fields
-    for event in events:
-        cls = event.__class__
-        if cls is ScalarEvent:
-            if event.anchor is not None or event.tag not in (None, "!"):
-                raise _Fallback
-            add(_plain(event.value) if not event.style and event.implicit[0] else event.value)
-        elif cls is MappingStartEvent or cls is SequenceStartEvent:
-            if event.anchor is not None or event.tag is not None:
-                raise _Fallback
-            stack.append([{} if cls is MappingStartEvent else [], _NO_KEY])
-        elif cls is MappingEndEvent or cls is SequenceEndEvent:
-            add(stack.pop()[0])
-        elif cls is DocumentStartEvent:
-            documents += 1
-            if documents > 1:
-                raise _Fallback
-        elif cls is AliasEvent:
-            raise _Fallback
+            else:
+                continue
+            if box.__class__ is list:
+                box.append(value)
+            elif key is _NO_KEY:
+                if value.__class__ not in _KEY_CLASSES or value in box:
+                    raise _Fallback
+                key = value
+            else:
+                box[key] = value
+                key = _NO_KEY
+    finally:
+        parser.dispose()
     return root[0] if root else None
 
 

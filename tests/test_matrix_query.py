@@ -172,7 +172,15 @@ def test_a_written_matrix_is_its_own_first_cache_entry(tmp_path: Path, monkeypat
     (entry,) = folder.iterdir()  # written with the matrix, before any load
     hit = load_matrix(path)
     assert list(folder.iterdir()) == [entry]
+    entry.unlink()  # a cold load of a sealed file stores the canonical JSON its digest was taken of
+    cold = load_matrix(path)
+    (entry,) = folder.iterdir()
+    assert entry.read_text(encoding="utf-8").startswith('{"integrity":{')
+    with monkeypatch.context() as patch:  # served from that entry: no YAML is parsed
+        patch.setattr("opmatrix.schema.io.loads_yaml", lambda *a, **k: pytest.fail("parsed again"))
+        again = load_matrix(path)
     monkeypatch.setenv("OPMATRIX_NO_CACHE", "1")
     strict = load_matrix(path)
-    assert hit == strict and hit.operators[op][0].error == strict.operators[op][0].error
+    assert hit == strict == cold == again and hit.operators[op][0].error == strict.operators[op][0].error
+    assert again.integrity == strict.integrity is not None
     assert "\\ud800" in (strict.operators[op][0].error.message or "")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import re
 import subprocess
@@ -123,6 +124,10 @@ def test_malformed_yaml_and_wrong_top_level(tmp_path: Path):
     path = _write(tmp_path, "- 1\n- 2\n")
     with pytest.raises(ArtifactError, match="neither a matrix"):
         validate_file(path)
+    # loads pause the garbage collector; one that fails must not leave it paused
+    with pytest.raises(ArtifactError, match="expected a mapping"):
+        load_matrix(path)
+    assert gc.isenabled()
 
 
 def test_pure_python_and_c_loader_agree(example_matrix_path: Path):
