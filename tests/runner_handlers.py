@@ -57,7 +57,7 @@ def make_tasks(
 ) -> list[Task]:
     """``count`` test tasks ``t0|float32`` ...; ``faults`` maps a task source to {unit: mode}.
 
-    ``pid_dir``: each worker touches a file named after its pid there before each unit.
+    ``pid_dir``: each worker writes a file named after its pid there before each unit, holding its parent's pid.
     """
     faults = faults or {}
     return [
@@ -145,7 +145,7 @@ def handle(
             with open(task.payload["runs"], "a") as fh:
                 fh.write(f"{source}.{unit}\n")
         if task.payload.get("pid_dir"):  # lets a test check that no worker outlives its orchestrator
-            Path(task.payload["pid_dir"], str(os.getpid())).touch()
+            Path(task.payload["pid_dir"], str(os.getpid())).write_text(str(os.getppid()))  # and who started it
         time.sleep(task.payload.get("sleep", 0.0))
         try:
             if unit in faults:

@@ -8,7 +8,6 @@ Each incarnation gets a fresh unit board, ``DIR/workers/w<i>.unit``, and carry f
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import signal
 import time
@@ -21,11 +20,13 @@ from typing import Any
 from .board import UnitBoard
 from .messages import Stop, ToWorker
 from .worker import WorkerSpec, worker_main
+from .zygote import context, stop
 
-__all__ = ["WorkerHandle", "exit_fault", "last_words", "spawn_worker", "stop_workers"]
+__all__ = ["WorkerHandle", "close_pool", "exit_fault", "last_words", "spawn_worker", "stop_workers"]
 
-_CTX = mp.get_context("spawn")  # never fork: a forked child inherits an initialised device
-# not daemonic: a worker may start helpers of its own (compile pools); run() stops every worker itself
+# spawned, or forked from a zygote that never initialises a device (.zygote); never forked from the
+# parent. Not daemonic: a worker may start helpers of its own (compile pools); run() stops every
+# worker itself
 
 
 @dataclass
@@ -131,8 +132,9 @@ def spawn_worker(slot: int, spec: WorkerSpec) -> WorkerHandle:
     carry = Path(spec.carry_path) if spec.carry_path else None
     if carry is not None:
         carry.write_bytes(b"")
-    parent_end, child_end = _CTX.Pipe(duplex=True)
-    process = _CTX.Process(target=worker_main, args=(slot, child_end, spec), name=f"opmatrix-w{slot}")
+    ctx = context(spec.kinds)
+    parent_end, child_end = ctx.Pipe(duplex=True)
+    process = ctx.Process(target=worker_main, args=(slot, child_end, spec), name=f"opmatrix-w{slot}")
     process.start()
     child_end.close()
     return WorkerHandle(slot=slot, process=process, conn=parent_end, log=log, log_offset=offset, board=board,
@@ -166,3 +168,9 @@ def stop_workers(handles: list[WorkerHandle]) -> None:
     end = time.monotonic() + 2.0
     for handle in idle:
         handle.stop(max(0.0, end - time.monotonic()))
+
+
+def close_pool(handles: list[WorkerHandle]) -> None:
+    """The run's end: stop its workers (:func:`stop_workers`), then the zygote they were forked from."""
+    stop_workers(handles)
+    stop()

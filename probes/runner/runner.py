@@ -44,7 +44,7 @@ from .plan import (
     retry_in_fresh_worker,
     unit_limit,
 )
-from .pool import WorkerHandle, exit_fault, spawn_worker, stop_workers
+from .pool import WorkerHandle, close_pool, exit_fault, spawn_worker, stop_workers
 from .progress import Progress
 from .task import Skip, Task, fault_record
 from .worker import WorkerSpec
@@ -131,6 +131,7 @@ class Run:
             device=device,
             threads=self.threads,
             options=self.options,
+            env=dict(os.environ),
         )
         handle = spawn_worker(slot, spec)
         handle.deadline = time.monotonic() + self.grace  # torch import + backend setup
@@ -393,6 +394,6 @@ class Run:
 
     def shutdown(self) -> None:
         """Stop idle workers, kill busy ones, close the journal (fsync)."""
-        stop_workers(list(self.workers.values()))
+        close_pool(list(self.workers.values()))
         self.workers.clear()
         self.journal.close()

@@ -1,4 +1,4 @@
-"""The spawned worker process: set the backend up once, then run tasks sent over a pipe.
+"""The worker process (spawned, or forked from a warm zygote: :mod:`.zygote`): set the backend up once, then run tasks sent over a pipe.
 
 Messages to the parent, in order for one task::
 
@@ -36,6 +36,7 @@ from .board import UnitBoard
 from .carry import CarryWriter
 from .messages import Done, Fault, Poisoned, Ready, RunTask, SetupFailed
 from .task import Skip, Task, WorkerContext, WorkerPoisoned, resolve_handler
+from .zygote import PRELOAD
 
 __all__ = ["WorkerSpec", "worker_main"]
 
@@ -55,10 +56,27 @@ class WorkerSpec:
     threads: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
     carry_path: str = ""  # where finished units are checkpointed (:mod:`.carry`); "" for none
+    #: the parent's environment when it started the worker: a worker forked from the zygote
+    #: (:mod:`.zygote`) would otherwise have the zygote's, from when that started
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _die_with_parent(parent_pid: int) -> None:
-    """Exit when the orchestrator dies (it may be SIGKILLed), so no orphan keeps probing."""
+    """Exit when the orchestrator dies (it may be SIGKILLed), so no orphan keeps probing.
+
+    The worker's own parent is the orchestrator (spawned) or the zygote (forked from it), which
+    exits when the orchestrator does; the death signal is armed against the own parent."""
+    parent = os.getppid()
     if sys.platform.startswith("linux"):
         import ctypes
 
@@ -66,7 +84,7 @@ def _die_with_parent(parent_pid: int) -> None:
             armed = ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL) == 0  # PR_SET_PDEATHSIG
         except (OSError, AttributeError):
             armed = False
-        if os.getppid() != parent_pid:
+        if os.getppid() != parent or not _alive(parent_pid):
             os._exit(0)  # the parent died before the signal was armed
         if armed:
             return
@@ -74,7 +92,7 @@ def _die_with_parent(parent_pid: int) -> None:
     def watch() -> None:  # portable backstop for platforms without PDEATHSIG
         while True:
             time.sleep(1.0)
-            if os.getppid() != parent_pid:
+            if os.getppid() != parent or not _alive(parent_pid):
                 os._exit(0)
 
     threading.Thread(target=watch, daemon=True, name="parent-watch").start()
@@ -130,6 +148,10 @@ def _setup(slot: int, spec: WorkerSpec) -> tuple[WorkerContext, dict[str, Any]]:
 
     from opmatrix.backend.registry import get_adapter
 
+    preload = sys.modules.get(PRELOAD)
+    if getattr(preload, "AUTOLOAD_DEFERRED", False):  # forked from the zygote
+        preload.load_deferred_backends()  # type: ignore[union-attr]
+
     if spec.threads:
         torch.set_num_threads(spec.threads)
     adapter = get_adapter(spec.backend, spec.generation)
@@ -169,7 +191,10 @@ def _has_fault(record: Any) -> bool:
 
 
 def worker_main(slot: int, conn: Connection, spec: WorkerSpec) -> None:
-    """Entry point of a spawned worker: setup, then serve tasks until told to stop."""
+    """Entry point of a worker: setup, then serve tasks until told to stop."""
+    if spec.env:
+        os.environ.clear()
+        os.environ.update(spec.env)
     _detach(spec)
     try:
         ctx, identity = _setup(slot, spec)

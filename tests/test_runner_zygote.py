@@ -1,0 +1,75 @@
+"""How workers start: forked from a zygote that imported torch once, or spawned (``.zygote``).
+
+Each test drives a real run in its own orchestrator process, with a real (if tiny) installed
+distribution that registers a ``torch.backends`` entry point, as out-of-tree device backends do:
+torch's autoload must run in every worker and never in the zygote they are forked from.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from opmatrix.probes.runner.zygote import start_method
+
+from .conftest import ROOT
+
+pytestmark = pytest.mark.skipif(start_method() != "forkserver", reason="torch here is not a CPU-only build")
+
+_ORCHESTRATOR = """
+import json, os, sys
+from multiprocessing import forkserver
+from opmatrix.probes.runner import run
+from tests.runner_handlers import HANDLERS, make_tasks
+if __name__ == "__main__":
+    s = run(make_tasks(4, units=2, sleep=0.3, pid_dir=sys.argv[2]), backend="cpu", out_dir=sys.argv[1], workers=2,
+            handlers=HANDLERS, progress=False)
+    print(json.dumps({"probed": s.probed, "pid": os.getpid(), "server": forkserver._forkserver._forkserver_pid}))
+"""
+
+
+def _fake_backend(site: Path, log: Path) -> None:
+    """A distribution whose ``torch.backends`` entry point logs the pid of each process that loads it."""
+    info = site / "fakeaccel-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fakeaccel\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[torch.backends]\nfakeaccel = fakeaccel:autoload\n")
+    (site / "fakeaccel.py").write_text(
+        f"import os\n\ndef autoload():\n    with open({str(log)!r}, 'a') as fh:\n        fh.write(f'{{os.getpid()}}\\n')\n"
+    )
+
+
+def _run(tmp_path: Path, **env: str) -> tuple[dict[str, int | None], dict[int, int], list[int]]:
+    site, log, pids = tmp_path / "site", tmp_path / "autoload.log", tmp_path / "pids"
+    _fake_backend(site, log)
+    pids.mkdir()
+    script = tmp_path / "orchestrator.py"
+    script.write_text(_ORCHESTRATOR)
+    environ = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)]), **env}
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "out"), str(pids)], cwd=ROOT, env=environ,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    workers = {int(p.name): int(p.read_text()) for p in pids.iterdir()}  # worker pid -> its parent's pid
+    loaded = [int(line) for line in log.read_text().split()] if log.exists() else []
+    return summary, workers, loaded
+
+
+def test_workers_fork_from_one_zygote_and_each_runs_the_backend_autoload(tmp_path: Path) -> None:
+    summary, workers, loaded = _run(tmp_path)
+    assert summary["probed"] == 4 and len(workers) == 2
+    (zygote,) = set(workers.values())  # both forked from the same process ...
+    assert zygote != summary["pid"]  # ... which is not the orchestrator
+    assert sorted(loaded) == sorted(workers)  # torch's backend autoload ran once in each worker, never in the zygote
+    assert summary["server"] is None  # the zygote was stopped with the run
+
+
+def test_workers_are_spawned_when_asked(tmp_path: Path) -> None:
+    summary, workers, loaded = _run(tmp_path, OPMATRIX_WORKER_START="spawn")
+    assert summary["probed"] == 4 and set(workers.values()) == {summary["pid"]}
+    assert sorted(loaded) == sorted(workers)
