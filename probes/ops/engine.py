@@ -351,8 +351,9 @@ def release_failed_calls(full: bool = False) -> None:
     part of the next graph: torch_xla then fails every later sync with "Check failed:
     tensor_data", every op after the failure reads ``error`` and the process looks poisoned
     while it is not (a fresh process runs the same ops). The young generations after each failed
-    unit cost microseconds; a full collection (a fifth of a second with OpInfo loaded) runs once
-    at the end of a task that had failures. The host adapter keeps no device state: not needed."""
+    unit cost microseconds; a full collection (a fifth of a second with OpInfo loaded, until the
+    worker froze what its setup imported) runs once at the end of a task that had failures. The
+    host adapter keeps no device state: not needed."""
     gc.collect(2 if full else 1)
 
 

@@ -18,6 +18,7 @@ the message of a crash; ``faulthandler`` puts the Python stack of a SIGSEGV/SIGA
 from __future__ import annotations
 
 import faulthandler
+import gc
 import hashlib
 import importlib.util
 import os
@@ -201,6 +202,9 @@ def worker_main(slot: int, conn: Connection, spec: WorkerSpec) -> None:
     except Exception:  # noqa: BLE001 - any setup failure is reported to the parent verbatim
         conn.send(SetupFailed(slot, traceback.format_exc()[-4000:]))
         return
+    # what the imports and the setup made lives as long as the worker: collections skip it (in a
+    # worker forked from the zygote they would also write to, and so copy, the pages it shares)
+    gc.freeze()
     board = UnitBoard(spec.board_path)
     carry = CarryWriter(spec.carry_path) if spec.carry_path else None
     conn.send(Ready(slot, identity))
