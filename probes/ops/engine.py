@@ -276,8 +276,8 @@ class _TaskRun:
             return
         if decision != "run":
             eager.autograd = Autograd(path=ExecPath.unknown, outcome=Outcome(decision.outcome))
-            first = next((line for line in decision.message.splitlines() if line.strip()), "")[:160]
-            eager.note = "; ".join(filter(None, [eager.note, f"backward {decision.outcome} in unit {bid}: {first}"]))
+            said = f"backward {decision.outcome} in unit {bid}: {decision.headline}"
+            eager.note = "; ".join(filter(None, [eager.note, said]))
             return
         self.progress(bid)
         eager.autograd = probe_backward(self.st, self.entry.info.op, unit, self.dtype, self.gradients)

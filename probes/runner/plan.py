@@ -131,7 +131,7 @@ def retry_in_fresh_worker(job: Job, unit: str | None, skip: Skip) -> bool:
         return False
     if job.worker_units <= FRESH_UNITS:
         return False
-    first = next((line for line in skip.message.splitlines() if line.strip()), "").split("; ")[0][:160]
+    first = skip.headline.split("; ")[0]
     how = f"{skip.outcome}{f' ({skip.signal})' if skip.signal else ''}"
     job.retried[unit] = f"{how} a worker that had run {job.worker_units - 1} units before it ({first})"
     job.fresh = True

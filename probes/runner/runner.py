@@ -298,10 +298,8 @@ class Run:
     def _fault(self, job: Job, unit: str | None, skip: Skip) -> None:
         """Requeue ``job`` with ``unit`` marked (or retried); past the fault limit, skip what is left."""
         what = f"{skip.outcome}{f' ({skip.signal})' if skip.signal else ''}"
-        lines = [line for line in skip.message.splitlines() if line.strip()]
-        first = lines[0] if lines else ""
-        # the first line says how it ended, the last (of a worker's last output) usually why
-        said = first[:160] + (f" ... {lines[-1].strip()[:160]}" if len(lines) > 1 else "")
+        lines = skip.lines  # the first says how it ended, the last (of a worker's last output) usually why
+        said = skip.headline + (f" ... {lines[-1].strip()[:160]}" if len(lines) > 1 else "")
         self.progress.note(f"{what}: task {job.task.id} unit {unit}: {said}")
         if retry_in_fresh_worker(job, unit, skip):
             self.max_restarts += 1  # the retry's restart is not the backend's: keep the cap's meaning
@@ -322,7 +320,7 @@ class Run:
             job.skip[unit] = skip
             if job.faults >= budget and job.skip_rest is None:
                 # the units after the last faulted one never run: the handler lists them as not run
-                job.skip_rest = Skip(skip.outcome, f"not run: the task faulted {job.faults} times; last: {first}")
+                job.skip_rest = Skip(skip.outcome, f"not run: the task faulted {job.faults} times; last: {lines[0] if lines else ''}")
         self.pending.appendleft(job)
 
     def _record(self, job: Job, record: dict[str, Any], worker: int | None) -> None:

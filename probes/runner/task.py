@@ -79,6 +79,17 @@ class Skip:
         if self.outcome not in FAULT_OUTCOMES:
             raise ValueError(f"Skip outcome {self.outcome!r}: expected one of {', '.join(FAULT_OUTCOMES)}")
 
+    @property
+    def lines(self) -> list[str]:
+        """The message's non-empty lines: the first says how it ended, a worker's last output follows."""
+        return [line for line in self.message.splitlines() if line.strip()]
+
+    @property
+    def headline(self) -> str:
+        """The message's first non-empty line, cut to 160 characters."""
+        lines = self.lines
+        return lines[0][:160] if lines else ""
+
 
 class WorkerPoisoned(Exception):
     """Raised by a handler when the device is unusable after ``unit``: the worker is replaced."""
