@@ -1,4 +1,4 @@
-"""How workers start: forked from a zygote that imported torch once, or spawned (``.zygote``).
+"""How workers start: spawned, and replacements after a crash forked from a zygote (``.zygote``).
 
 Each test drives a real run in its own orchestrator process, with a real (if tiny) installed
 distribution that registers a ``torch.backends`` entry point, as out-of-tree device backends do:
@@ -27,9 +27,10 @@ from multiprocessing import forkserver
 from opmatrix.probes.runner import run
 from tests.runner_handlers import HANDLERS, make_tasks
 if __name__ == "__main__":
-    s = run(make_tasks(4, units=2, sleep=0.3, pid_dir=sys.argv[2]), backend="cpu", out_dir=sys.argv[1], workers=2,
-            handlers=HANDLERS, progress=False)
-    print(json.dumps({"probed": s.probed, "pid": os.getpid(), "server": forkserver._forkserver._forkserver_pid}))
+    tasks = make_tasks(8, units=2, sleep=0.3, pid_dir=sys.argv[2], faults={"t1": {"u0": "segv"}})
+    s = run(tasks, backend="cpu", out_dir=sys.argv[1], workers=2, handlers=HANDLERS, progress=False)
+    print(json.dumps({"probed": s.probed, "restarts": s.restarts, "pid": os.getpid(),
+                      "server": forkserver._forkserver._forkserver_pid}))
 """
 
 
@@ -60,16 +61,20 @@ def _run(tmp_path: Path, **env: str) -> tuple[dict[str, int | None], dict[int, i
     return summary, workers, loaded
 
 
-def test_workers_fork_from_one_zygote_and_each_runs_the_backend_autoload(tmp_path: Path) -> None:
+def test_replacements_fork_from_one_zygote_and_each_worker_runs_the_backend_autoload(tmp_path: Path) -> None:
     summary, workers, loaded = _run(tmp_path)
-    assert summary["probed"] == 4 and len(workers) == 2
-    (zygote,) = set(workers.values())  # both forked from the same process ...
-    assert zygote != summary["pid"]  # ... which is not the orchestrator
-    assert sorted(loaded) == sorted(workers)  # torch's backend autoload ran once in each worker, never in the zygote
-    assert summary["server"] is None  # the zygote was stopped with the run
+    assert summary["probed"] == 8 and summary["restarts"] >= 1
+    first = {pid for pid, parent in workers.items() if parent == summary["pid"]}
+    replacements = {pid: parent for pid, parent in workers.items() if pid not in first}
+    assert len(first) == 2 and replacements  # the first two are spawned by the orchestrator ...
+    (zygote,) = set(replacements.values())  # ... replacements fork from one other process
+    assert sorted(loaded) == sorted(workers)  # torch's backend autoload ran once in each worker ...
+    assert zygote not in loaded  # ... and never in the zygote
+    assert summary["server"] is None  # which was stopped with the run
 
 
 def test_workers_are_spawned_when_asked(tmp_path: Path) -> None:
     summary, workers, loaded = _run(tmp_path, OPMATRIX_WORKER_START="spawn")
-    assert summary["probed"] == 4 and set(workers.values()) == {summary["pid"]}
+    assert summary["probed"] == 8 and summary["restarts"] >= 1 and len(workers) >= 3
+    assert set(workers.values()) == {summary["pid"]}
     assert sorted(loaded) == sorted(workers)

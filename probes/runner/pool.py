@@ -123,8 +123,8 @@ def last_words(text: str, limit: int = 1500) -> str:
     return "\n".join([*before, block]).strip()[:limit]
 
 
-def spawn_worker(slot: int, spec: WorkerSpec) -> WorkerHandle:
-    """Start a worker process for ``slot`` with ``spec``."""
+def spawn_worker(slot: int, spec: WorkerSpec, *, replacement: bool = False) -> WorkerHandle:
+    """Start a worker process for ``slot`` with ``spec`` (a ``replacement`` may fork from the zygote)."""
     log = Path(spec.log_path)
     log.parent.mkdir(parents=True, exist_ok=True)
     offset = log.stat().st_size if log.exists() else 0
@@ -132,7 +132,7 @@ def spawn_worker(slot: int, spec: WorkerSpec) -> WorkerHandle:
     carry = Path(spec.carry_path) if spec.carry_path else None
     if carry is not None:
         carry.write_bytes(b"")
-    ctx = context(spec.kinds)
+    ctx = context(spec.kinds, replacement=replacement)
     parent_end, child_end = ctx.Pipe(duplex=True)
     process = ctx.Process(target=worker_main, args=(slot, child_end, spec), name=f"opmatrix-w{slot}")
     process.start()

@@ -133,7 +133,7 @@ class Run:
             options=self.options,
             env=dict(os.environ),
         )
-        handle = spawn_worker(slot, spec)
+        handle = spawn_worker(slot, spec, replacement=self.summary.restarts > 0)
         handle.deadline = time.monotonic() + self.grace  # torch import + backend setup
         self.workers[slot] = handle
 

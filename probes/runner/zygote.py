@@ -1,27 +1,37 @@
-"""How workers start: forked from a warm zygote where nothing in it can hold device state, else spawned.
+"""How workers start: spawned, and after a crash forked from a warm zygote where that is safe.
 
 Every worker imports torch, OpInfo's ``op_db`` and the compiler stack before its first task:
-about 4 s of CPU each, paid again by every replacement after a crash. With a CPU-only torch
-build (its version carries the ``+cpu`` label) none of those imports can touch an accelerator
-runtime, so workers come from multiprocessing's *forkserver*: one server process imports them
-once (:mod:`.preload`) and forks a worker per request. The seeds' rule holds: the server is
+about 4 s of CPU, paid again by every replacement after a crash (a backend that crashes on many
+inputs pays it hundreds of times). With a CPU-only torch build (its version carries the ``+cpu``
+label) none of those imports can touch an accelerator runtime, so once a run has replaced a
+worker, the replacements come from multiprocessing's *forkserver*: one server process imports
+them once (:mod:`.preload`) and forks a worker per request. The seeds' rule holds: the server is
 spawned, never initialises a device (it does not import the backend under test, and defers
 torch's device-backend autoload to each worker, see :mod:`.preload`), and each worker sets its
 backend up itself after the fork. Any other torch build (CUDA, ROCm, a vendor's) could
-initialise its runtime while OpInfo's import asks about devices, so its workers are spawned,
-as are all workers where the platform has no forkserver or ``OPMATRIX_WORKER_START=spawn``.
+initialise its runtime while OpInfo's import asks about devices, so all its workers are
+spawned, as everywhere without a forkserver or with ``OPMATRIX_WORKER_START=spawn``
+(``fork`` forks every worker from the zygote, the first ones too).
 
-The server starts with a run's first worker and is stopped when the run ends (:func:`stop`), so
-each run's workers see that run's environment and preloads: torch for every run, and for runs of
-operator probes also OpInfo and the compiler stack (:mod:`opmatrix.probes.ops.warm`). Should the
-parent die, the server exits with it, and the workers with the server.
+Why not the first workers: a forked worker writes to the pages it shares with the zygote (every
+object it touches has its reference count changed), and copying them cost about 0.5 s more than
+spawning on a 10-operator probe; the imports sit on the critical path either way. A replacement,
+by contrast, forks in a fraction of a second instead of importing for 4 s.
+
+The server starts with the first worker that needs it and is stopped when the run ends
+(:func:`stop`), so each run's workers see that run's environment and preloads: torch for every
+run, and for runs of operator probes also OpInfo and the compile check's front end
+(:mod:`opmatrix.probes.ops.warm`). Should the parent die, the server exits with it, and the
+workers with the server.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import multiprocessing as mp
 import os
+import signal
 from multiprocessing.context import BaseContext
 
 __all__ = ["PRELOAD", "context", "start_method", "stop"]
@@ -41,26 +51,35 @@ def _cpu_only_torch() -> bool:
     return version.partition("+")[2].startswith("cpu")
 
 
-def start_method() -> str:
-    """``forkserver`` where workers may fork from a warm server (see the module doc), else ``spawn``."""
+def start_method(replacement: bool = True) -> str:
+    """``forkserver`` for a worker that may fork from the zygote (see the module doc), else ``spawn``."""
     wanted = os.environ.get(_ENV, "").strip().lower()
     if wanted == "spawn" or "forkserver" not in mp.get_all_start_methods() or not _cpu_only_torch():
         return "spawn"
-    return "forkserver"
+    return "forkserver" if replacement or wanted == "fork" else "spawn"
 
 
-def context(kinds: tuple[str, ...] = ()) -> BaseContext:
-    """The multiprocessing context a run's workers start in (``kinds``: its task kinds)."""
-    ctx = mp.get_context(start_method())
+def context(kinds: tuple[str, ...] = (), *, replacement: bool = False) -> BaseContext:
+    """The multiprocessing context a worker of a run with task ``kinds`` starts in."""
+    ctx = mp.get_context(start_method(replacement))
     if ctx.get_start_method() == "forkserver":  # read when the server starts: once per run
         ctx.set_forkserver_preload([PRELOAD, *(WARM[k] for k in kinds if k in WARM)])
     return ctx
 
 
 def stop() -> None:
-    """Stop the run's forkserver, if one runs (its workers are gone by then), and reap it."""
+    """Stop the run's forkserver, if one runs (its workers are gone by then), and reap it.
+
+    Killed, not asked: it holds nothing to flush, and an interpreter that imported torch and
+    OpInfo took 1.8 s to tear itself down, which the run's end waited for."""
     from multiprocessing import forkserver
 
-    stop_server = getattr(forkserver._forkserver, "_stop", None)  # the stdlib's own tests stop it so
-    if stop_server is not None:
-        stop_server()
+    server = forkserver._forkserver
+    stop_server = getattr(server, "_stop", None)  # the stdlib's own tests stop it so
+    if stop_server is None:
+        return
+    pid = getattr(server, "_forkserver_pid", None)
+    if pid is not None:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    stop_server()  # closes its pipe and socket, reaps it
