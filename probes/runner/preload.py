@@ -1,10 +1,11 @@
 """Imported by the workers' forkserver (:mod:`.zygote`): torch and the runner's worker side, once.
 
 Nothing here creates a tensor on a device, starts a thread pool or imports the backend under
-test (a task kind's own imports come from its warm module, e.g. :mod:`opmatrix.probes.ops.warm`). torch's device-backend autoload (out-of-tree backends registered as
-``torch.backends`` entry points, imported by ``import torch``) is switched off for this import and
-run by each worker instead (:func:`load_deferred_backends`): a vendor's extension may initialise
-its runtime when imported, and a forked child must not inherit that.
+test (a task kind's own imports come from its warm module, e.g. :mod:`opmatrix.probes.ops.warm`).
+torch's device-backend autoload (out-of-tree backends registered as ``torch.backends`` entry
+points, imported by ``import torch``) is switched off for this import and run by each worker
+instead (:func:`load_deferred_backends`): a vendor's extension may initialise its runtime when
+imported, and a forked child must not inherit that.
 """
 
 from __future__ import annotations

@@ -59,11 +59,18 @@ def start_method(replacement: bool = True) -> str:
     return "forkserver" if replacement or wanted == "fork" else "spawn"
 
 
+_OURS: list[bool] = [False]  # whether the forkserver running in this process is the run's zygote
+
+
 def context(kinds: tuple[str, ...] = (), *, replacement: bool = False) -> BaseContext:
     """The multiprocessing context a worker of a run with task ``kinds`` starts in."""
     ctx = mp.get_context(start_method(replacement))
-    if ctx.get_start_method() == "forkserver":  # read when the server starts: once per run
-        ctx.set_forkserver_preload([PRELOAD, *(WARM[k] for k in kinds if k in WARM)])
+    if ctx.get_start_method() == "forkserver":
+        from multiprocessing import forkserver
+
+        if getattr(forkserver._forkserver, "_forkserver_pid", None) is None:  # the next start is ours
+            ctx.set_forkserver_preload([PRELOAD, *(WARM[k] for k in kinds if k in WARM)])
+            _OURS[0] = True
     return ctx
 
 
@@ -76,8 +83,9 @@ def stop() -> None:
 
     server = forkserver._forkserver
     stop_server = getattr(server, "_stop", None)  # the stdlib's own tests stop it so
-    if stop_server is None:
-        return
+    if stop_server is None or not _OURS[0]:
+        return  # none was started for the run (a forkserver the caller runs for itself is left alone)
+    _OURS[0] = False
     pid = getattr(server, "_forkserver_pid", None)
     if pid is not None:
         with contextlib.suppress(OSError):
