@@ -140,6 +140,15 @@ def _claim(out: Path, kind: str, command: str, force: bool) -> DirClaim:
 
 def probe(args: argparse.Namespace) -> int:
     """Run ``opmatrix probe``: check, lock ``--out``, run the workers, build DIR/matrix.yaml."""
+    from opmatrix.probes.runner.zygote import stop
+
+    try:
+        return _probe(args)
+    finally:
+        stop()  # a zygote started for the plan (a first run) and never used: the run stops its own
+
+
+def _probe(args: argparse.Namespace) -> int:
     from opmatrix.probes.command import plan_probe
 
     if args.out:

@@ -233,6 +233,12 @@ def plan_probe(args: argparse.Namespace) -> ProbePlan:
     from opmatrix.probes.workloads.cli import resolve_suites, workload_tasks
 
     suites = resolve_suites(args)
+    if "ops" in suites:
+        from opmatrix.probes.ops.source import index_cached
+        from opmatrix.probes.runner import zygote
+
+        if not index_cached():  # a first run: the workers' imports overlap the index's
+            zygote.start_early(("op",))
     tasks, source, names, options = _op_tasks(args, dtypes, layouts) if "ops" in suites else ([], None, [], {})
     if "runtime" in suites:
         tasks = _runtime_tasks(args.backend, args.generation) + tasks

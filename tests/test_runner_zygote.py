@@ -27,6 +27,9 @@ from multiprocessing import forkserver
 from opmatrix.probes.runner import run
 from tests.runner_handlers import HANDLERS, make_tasks
 if __name__ == "__main__":
+    if len(sys.argv) > 3:  # what a first run's planning does while it builds OpInfo's name index
+        from opmatrix.probes.runner import zygote
+        zygote.start_early(())
     tasks = make_tasks(8, units=2, sleep=0.3, pid_dir=sys.argv[2], faults={"t1": {"u0": "segv"}})
     s = run(tasks, backend="cpu", out_dir=sys.argv[1], workers=2, handlers=HANDLERS, progress=False)
     print(json.dumps({"probed": s.probed, "restarts": s.restarts, "pid": os.getpid(),
@@ -45,14 +48,14 @@ def _fake_backend(site: Path, log: Path) -> None:
     )
 
 
-def _run(tmp_path: Path, **env: str) -> tuple[dict[str, int | None], dict[int, int], list[int]]:
+def _run(tmp_path: Path, *extra: str, **env: str) -> tuple[dict[str, int | None], dict[int, int], list[int]]:
     site, log, pids = tmp_path / "site", tmp_path / "autoload.log", tmp_path / "pids"
     _fake_backend(site, log)
     pids.mkdir()
     script = tmp_path / "orchestrator.py"
     script.write_text(_ORCHESTRATOR)
     environ = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)]), **env}
-    done = subprocess.run([sys.executable, str(script), str(tmp_path / "out"), str(pids)], cwd=ROOT, env=environ,
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "out"), str(pids), *extra], cwd=ROOT, env=environ,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
@@ -78,3 +81,11 @@ def test_workers_are_spawned_when_asked(tmp_path: Path) -> None:
     assert summary["probed"] == 8 and summary["restarts"] >= 1 and len(workers) >= 3
     assert set(workers.values()) == {summary["pid"]}
     assert sorted(loaded) == sorted(workers)
+
+
+def test_a_zygote_started_early_serves_the_first_workers_too(tmp_path: Path) -> None:
+    summary, workers, loaded = _run(tmp_path, "early")
+    assert summary["probed"] == 8 and len(workers) >= 3
+    (zygote,) = set(workers.values())  # every worker, the first two included, forked from it
+    assert zygote != summary["pid"] and zygote not in loaded and sorted(loaded) == sorted(workers)
+    assert summary["server"] is None

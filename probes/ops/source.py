@@ -24,8 +24,8 @@ from typing import Any
 
 from opmatrix.schema.files import cache_dir, write_text_atomic
 
-__all__ = ["OpEntry", "UnknownOp", "all_ops", "generate_samples", "op_names", "select_ops", "source_hash",
-           "values_undefined"]
+__all__ = ["OpEntry", "UnknownOp", "all_ops", "generate_samples", "index_cached", "op_names", "select_ops",
+           "source_hash", "values_undefined"]
 
 
 class UnknownOp(ValueError):
@@ -139,6 +139,11 @@ def _index() -> dict[str, Any] | None:
         return {"torch": str(data["torch"]), "git": str(data["git"]), "ops": tuple(ops)}
     except (OSError, ValueError, KeyError, TypeError):
         return None  # a miss: all_ops() imports op_db and writes the index again
+
+
+def index_cached() -> bool:
+    """Whether OpInfo's name index for this torch is cached (else planning imports ``op_db``)."""
+    return _index() is not None
 
 
 def op_names() -> tuple[OpEntry, ...]:

@@ -27,6 +27,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
+from . import zygote
 from .carry import read_carried
 from .header import header_line
 from .identity import IDENTITY_FILE, cached_identity, fingerprint, store_identity
@@ -133,7 +134,7 @@ class Run:
             options=self.options,
             env=dict(os.environ),
         )
-        handle = spawn_worker(slot, spec, replacement=self.summary.restarts > 0)
+        handle = spawn_worker(slot, spec, replacement=self.summary.restarts > 0 or zygote.running())
         handle.deadline = time.monotonic() + self.grace  # torch import + backend setup
         self.workers[slot] = handle
 

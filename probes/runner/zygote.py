@@ -34,7 +34,7 @@ import os
 import signal
 from multiprocessing.context import BaseContext
 
-__all__ = ["PRELOAD", "context", "start_method", "stop"]
+__all__ = ["PRELOAD", "context", "running", "start_early", "start_method", "stop"]
 
 #: the module the forkserver imports before it forks any worker
 PRELOAD = "opmatrix.probes.runner.preload"
@@ -72,6 +72,23 @@ def context(kinds: tuple[str, ...] = (), *, replacement: bool = False) -> BaseCo
             ctx.set_forkserver_preload([PRELOAD, *(WARM[k] for k in kinds if k in WARM)])
             _OURS[0] = True
     return ctx
+
+
+def start_early(kinds: tuple[str, ...]) -> None:
+    """Start the zygote now, so that its imports overlap the caller's own work (a first run builds
+    OpInfo's name index before it can plan); the run's first workers then fork from it too."""
+    ctx = context(kinds, replacement=True)
+    if ctx.get_start_method() == "forkserver" and _OURS[0]:
+        from multiprocessing import forkserver
+
+        forkserver.ensure_running()
+
+
+def running() -> bool:
+    """Whether the run's zygote is up (or importing): forking from it beats spawning then."""
+    from multiprocessing import forkserver
+
+    return _OURS[0] and getattr(forkserver._forkserver, "_forkserver_pid", None) is not None
 
 
 def stop() -> None:
