@@ -24,7 +24,7 @@ from types import TracebackType
 
 from .io import UsageError
 
-__all__ = ["DirClaim", "LOCK_FILE", "MARKER_FILE", "claim_dir", "check_out_path"]
+__all__ = ["DirClaim", "LOCK_FILE", "MARKER_FILE", "claim_dir", "check_out_path", "pid_alive"]
 
 MARKER_FILE = ".opmatrix"
 LOCK_FILE = ".opmatrix.lock"
@@ -48,7 +48,8 @@ def check_out_path(out: str | os.PathLike[str], flag: str = "--out") -> Path:
     return path
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie counts as gone; one we may not signal as running)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -109,7 +110,7 @@ class DirClaim:
         except (OSError, ValueError, KeyError, TypeError):
             holder, pid = {}, -1
         same_host = holder.get("host") in (None, socket.gethostname())
-        if pid > 0 and (not same_host or _alive(pid)):
+        if pid > 0 and (not same_host or pid_alive(pid)):
             raise UsageError(
                 f"{self.path} is being written by pid {pid} on {holder.get('host', '?')} "
                 f"({holder.get('command') or 'unknown command'}); wait for it to finish or choose another --out"

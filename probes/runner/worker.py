@@ -33,6 +33,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from opmatrix.schema.outdir import pid_alive
+
 from .board import UnitBoard
 from .carry import CarryWriter
 from .messages import Done, Fault, Poisoned, Ready, RunTask, SetupFailed
@@ -62,16 +64,6 @@ class WorkerSpec:
     env: dict[str, str] = field(default_factory=dict)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _die_with_parent(parent_pid: int) -> None:
     """Exit when the orchestrator dies (it may be SIGKILLed), so no orphan keeps probing.
 
@@ -85,7 +77,7 @@ def _die_with_parent(parent_pid: int) -> None:
             armed = ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL) == 0  # PR_SET_PDEATHSIG
         except (OSError, AttributeError):
             armed = False
-        if os.getppid() != parent or not _alive(parent_pid):
+        if os.getppid() != parent or not pid_alive(parent_pid):
             os._exit(0)  # the parent died before the signal was armed
         if armed:
             return
@@ -93,7 +85,7 @@ def _die_with_parent(parent_pid: int) -> None:
     def watch() -> None:  # portable backstop for platforms without PDEATHSIG
         while True:
             time.sleep(1.0)
-            if os.getppid() != parent or not _alive(parent_pid):
+            if os.getppid() != parent or not pid_alive(parent_pid):
                 os._exit(0)
 
     threading.Thread(target=watch, daemon=True, name="parent-watch").start()
