@@ -234,11 +234,14 @@ def plan_probe(args: argparse.Namespace) -> ProbePlan:
 
     suites = resolve_suites(args)
     if "ops" in suites:
-        from opmatrix.probes.ops.source import index_cached
+        from opmatrix.probes.ops import source as op_source
         from opmatrix.probes.runner import zygote
 
-        if not index_cached():  # a first run: the workers' imports overlap the index's
+        if not op_source.index_cached():  # a first run: the zygote imports op_db once, for all
             zygote.start_early(("op",))
+            answered, index = zygote.ask(op_source.index_data)
+            if answered:
+                op_source.adopt_index(index)  # else planning imports op_db itself
     tasks, source, names, options = _op_tasks(args, dtypes, layouts) if "ops" in suites else ([], None, [], {})
     if "runtime" in suites:
         tasks = _runtime_tasks(args.backend, args.generation) + tasks

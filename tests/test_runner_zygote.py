@@ -89,3 +89,67 @@ def test_a_zygote_started_early_serves_the_first_workers_too(tmp_path: Path) -> 
     (zygote,) = set(workers.values())  # every worker, the first two included, forked from it
     assert zygote != summary["pid"] and zygote not in loaded and sorted(loaded) == sorted(workers)
     assert summary["server"] is None
+
+
+_ASK = """
+import json, os
+from multiprocessing import forkserver
+from opmatrix.probes.runner import zygote
+if __name__ == "__main__":
+    before = zygote.ask(os.getpid)
+    zygote.start_early(())
+    answered = zygote.ask(os.getppid)  # the child's parent: the zygote
+    failed = zygote.ask(int, "not a number")
+    server = forkserver._forkserver._forkserver_pid
+    zygote.stop()
+    print(json.dumps({"before": before, "answered": answered, "failed": failed, "after": zygote.ask(os.getpid),
+                      "server": server, "pid": os.getpid()}))
+"""
+
+
+def test_the_zygote_answers_questions_from_a_child_and_says_when_it_cannot(tmp_path: Path) -> None:
+    script = tmp_path / "ask.py"
+    script.write_text(_ASK)
+    done = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["before"][0] is False and out["after"][0] is False  # no zygote: the caller does the work
+    assert out["answered"] == [True, out["server"]] and out["server"] != out["pid"]
+    assert out["failed"][0] is False and "ValueError" in out["failed"][1]
+
+
+_PLAN = """
+import json, sys
+from opmatrix.cli import build_parser
+from opmatrix.probes.command import plan_probe
+from opmatrix.probes.ops import source
+from opmatrix.probes.runner import zygote
+if __name__ == "__main__":
+    plan = plan_probe(build_parser().parse_args(["probe", "--backend", "cpu", "--ops", "add,softmax", "--no-runtime"]))
+    zygote.stop()
+    print(json.dumps({"torch": "torch" in sys.modules, "tasks": [t.id for t in plan.tasks],
+                      "ops": plan.identity.ops, "hash": plan.identity.op_source_hash,
+                      "cached": source.index_cached()}))
+"""
+
+
+def test_a_first_run_plans_from_the_index_the_zygote_built_without_importing_torch(tmp_path: Path) -> None:
+    """On a first run (no name index cached) the orchestrator asks the zygote, which imports
+    ``op_db`` anyway, for OpInfo's names: it plans exactly as from ``op_db`` itself, imports no torch
+    (so it has no torch to tear down at exit), and the index is cached for the next run."""
+    script = tmp_path / "plan.py"
+    script.write_text(_PLAN)
+    plans = {}
+    for how in ("forkserver", "spawn"):
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "OPMATRIX_CACHE_DIR": str(tmp_path / f"cache-{how}"),
+               "OPMATRIX_WORKER_START": how if how == "spawn" else ""}
+        done = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                              env=env)
+        assert done.returncode == 0, done.stderr[-3000:]
+        plans[how] = json.loads(done.stdout.strip().splitlines()[-1])
+        assert list((tmp_path / f"cache-{how}" / "opinfo").glob("names-*.json")) and plans[how]["cached"]
+    asked, built = plans["forkserver"], plans["spawn"]
+    assert asked["torch"] is False and built["torch"] is True  # spawned workers: planning imports op_db itself
+    assert asked["tasks"] == built["tasks"] and asked["hash"] == built["hash"]
+    assert asked["ops"] == built["ops"] == ["add", "softmax", "softmax.with_dtype"]

@@ -24,8 +24,8 @@ from typing import Any
 
 from opmatrix.schema.files import cache_dir, write_text_atomic
 
-__all__ = ["OpEntry", "UnknownOp", "all_ops", "generate_samples", "index_cached", "op_names", "select_ops",
-           "source_hash", "values_undefined"]
+__all__ = ["OpEntry", "UnknownOp", "adopt_index", "all_ops", "generate_samples", "index_cached", "index_data", "op_names",
+           "select_ops", "source_hash", "values_undefined"]
 
 
 class UnknownOp(ValueError):
@@ -116,29 +116,63 @@ def _index_path() -> Path | None:
     return folder / f"names-{h.hexdigest()[:20]}.json"
 
 
-def _store_index(entries: list[OpEntry]) -> None:
+def _index_data(entries: Iterable[OpEntry]) -> dict[str, Any]:
     import torch
 
-    path = _index_path()
-    if path is None:
-        return
-    data = {"torch": torch.__version__, "git": str(getattr(torch.version, "git_version", "")),
+    return {"torch": str(torch.__version__), "git": str(getattr(torch.version, "git_version", "")),
             "ops": [[e.full_name, e.name] for e in entries]}
+
+
+def _store_index(entries: list[OpEntry]) -> None:
+    path = _index_path()
+    if path is None or _index() is not None:
+        return
     with contextlib.suppress(OSError):
-        write_text_atomic(path, json.dumps(data, sort_keys=True))
+        write_text_atomic(path, json.dumps(_index_data(entries), sort_keys=True))
+        _index.cache_clear()  # read back from now on, as the next run will
+
+
+def index_data() -> dict[str, Any]:
+    """OpInfo's name index as plain data (imports ``op_db``, and caches the index on disk).
+
+    A first run's zygote computes it for the orchestrator (:func:`adopt_index`), which then plans
+    without importing torch at all."""
+    return _index_data(all_ops())
+
+
+def _parse_index(data: Any) -> dict[str, Any] | None:
+    try:
+        ops = [OpEntry(str(full), name=str(name)) for full, name in data["ops"]]
+        return {"torch": str(data["torch"]), "git": str(data["git"]), "ops": tuple(ops)}
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+_ADOPTED: list[dict[str, Any]] = []  # an index another process built for this one (adopt_index)
 
 
 @functools.lru_cache(maxsize=1)
 def _index() -> dict[str, Any] | None:
+    if _ADOPTED:
+        return _ADOPTED[0]
     path = _index_path()
     if path is None:
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        ops = [OpEntry(str(full), name=str(name)) for full, name in data["ops"]]
-        return {"torch": str(data["torch"]), "git": str(data["git"]), "ops": tuple(ops)}
-    except (OSError, ValueError, KeyError, TypeError):
+        return _parse_index(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError):
         return None  # a miss: all_ops() imports op_db and writes the index again
+
+
+def adopt_index(data: Any) -> bool:
+    """Use ``data`` (what :func:`index_data` returned in another process of this torch install)
+    as the name index; False, and nothing changed, when it is not one."""
+    parsed = _parse_index(data)
+    if parsed is None:
+        return False
+    _ADOPTED[:] = [parsed]
+    _index.cache_clear()
+    return True
 
 
 def index_cached() -> bool:

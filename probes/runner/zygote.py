@@ -37,9 +37,12 @@ import importlib.metadata
 import multiprocessing as mp
 import os
 import signal
+from collections.abc import Callable
+from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
+from typing import Any
 
-__all__ = ["PRELOAD", "context", "running", "start_early", "start_method", "stop"]
+__all__ = ["PRELOAD", "ask", "context", "running", "start_early", "start_method", "stop"]
 
 #: the module the forkserver imports before it forks any worker
 PRELOAD = "opmatrix.probes.runner.preload"
@@ -94,6 +97,38 @@ def running() -> bool:
     from multiprocessing import forkserver
 
     return _OURS[0] and getattr(forkserver._forkserver, "_forkserver_pid", None) is not None
+
+
+def _answer(conn: Connection, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    try:
+        conn.send((True, fn(*args)))
+    except Exception as exc:  # noqa: BLE001 - the asker falls back to doing it itself
+        conn.send((False, repr(exc)))
+    finally:
+        conn.close()
+
+
+def ask(fn: Callable[..., Any], *args: Any) -> tuple[bool, Any]:
+    """``(True, fn(*args))`` computed in a child forked from the run's zygote once its imports are
+    done (the fork request waits for them), or ``(False, why)`` when no zygote runs or it failed:
+    the caller then does the work itself. ``fn`` and its result must pickle."""
+    if not running():
+        return False, "no zygote runs"
+    ctx = mp.get_context("forkserver")
+    receive, send = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_answer, args=(send, fn, args), name="opmatrix-zygote-ask")
+    try:
+        child.start()
+        send.close()
+        answer: tuple[bool, Any] = receive.recv()
+    except (OSError, EOFError) as exc:  # the zygote died while importing, or the child did
+        answer = False, f"the zygote did not answer: {exc!r}"
+    finally:
+        send.close()
+        receive.close()
+        if child.pid is not None:
+            child.join()
+    return answer
 
 
 def stop() -> None:
