@@ -265,8 +265,36 @@ def _silence_stdout() -> None:
 
 
 def run() -> None:
-    """Console-script entry point."""
-    sys.exit(main())
+    """Console-script entry point (``opmatrix``, ``python -m opmatrix``)."""
+    code = main()
+    if "torch" in sys.modules:
+        _exit_without_teardown(code)
+    sys.exit(code)
+
+
+def _exit_without_teardown(code: int) -> None:
+    """End the process as a normal exit would, less the interpreter's teardown.
+
+    With torch imported, freeing every module object one by one takes 0.5 s (1.3 s with OpInfo)
+    and gives the system nothing it would not take back at exit. What a normal exit does that
+    matters still happens: ``atexit`` handlers run (logging's flush, multiprocessing joining its
+    children) and stdout/stderr are flushed. Every file opmatrix writes is closed (or written
+    atomically) before its command returns. A process with another live thread exits normally,
+    which waits for it.
+    """
+    import atexit
+    import os
+    import threading
+
+    if threading.active_count() > 1:
+        return
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a reader that went away, a stream already closed
+            pass
+    os._exit(code)
 
 
 if __name__ == "__main__":  # pragma: no cover

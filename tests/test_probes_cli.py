@@ -130,3 +130,38 @@ def test_bad_input_exits_2_naming_what(tmp_path, args, message):
     assert res.returncode == 2, res.stdout + res.stderr
     assert message in res.stderr
     assert not (tmp_path / "o").exists()
+
+
+_EXIT = """
+import atexit, sys, threading, time
+from pathlib import Path
+import torch  # noqa: F401 - with torch imported the entry point skips the interpreter's teardown
+from opmatrix import cli
+
+out = Path(sys.argv[1])
+
+
+class Teardown:
+    def __del__(self):  # runs when the interpreter tears its modules down, not on the fast exit
+        (out / "teardown").write_text("ran")
+
+
+kept = Teardown()
+cli.main = lambda argv=None: (sys.stdout.write("x" * 300_000), sys.stderr.write("the end"), 3)[-1]
+atexit.register(lambda: (out / "atexit").write_text("ran"))
+if len(sys.argv) > 2:  # another live thread: the normal exit, which waits for it
+    threading.Thread(target=lambda: (time.sleep(0.3), (out / "thread").write_text("done"))).start()
+cli.run()
+"""
+
+
+@pytest.mark.parametrize("thread", [False, True])
+def test_the_command_exits_without_tearing_torch_down_and_loses_nothing(tmp_path: Path, thread: bool) -> None:
+    script = tmp_path / "exit.py"
+    script.write_text(_EXIT)
+    done = subprocess.run([sys.executable, str(script), str(tmp_path), *(["thread"] if thread else [])],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 3 and done.stdout == "x" * 300_000 and done.stderr.endswith("the end")
+    assert (tmp_path / "atexit").read_text() == "ran"
+    assert (tmp_path / "teardown").exists() == thread  # skipped, unless a thread made it a normal exit
+    assert (tmp_path / "thread").exists() == thread
