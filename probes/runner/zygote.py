@@ -18,10 +18,11 @@ object it touches has its reference count changed), and copying them cost about 
 spawning on a 10-operator probe; the imports sit on the critical path either way. A replacement,
 by contrast, forks in a fraction of a second instead of importing for 4 s.
 
-A first run (OpInfo's name index not yet cached) starts the server while the parent builds the
-index (:func:`start_early`): both import torch and ``op_db`` at once, on two cores, and the
-run's first workers fork from the server too (a first run with every cache empty went from 1.63x
-to about 1.25x a warm one on a 10-operator probe).
+A first run (OpInfo's name index not yet cached) starts the server before it plans
+(:func:`start_early`) and asks it for the index (:func:`ask`: a child forked from the server,
+once its imports are done, sends it back), so the orchestrator never imports torch; the run's
+first workers fork from the server too (a first run with every cache empty went from 1.63x to
+about 1.06x a warm one on a 10-operator probe).
 
 Otherwise the server starts with the first worker that needs it and is stopped when the run ends
 (:func:`stop`), so each run's workers see that run's environment and preloads: torch for every
