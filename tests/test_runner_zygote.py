@@ -126,9 +126,11 @@ from opmatrix.probes.command import plan_probe
 from opmatrix.probes.ops import source
 from opmatrix.probes.runner import zygote
 if __name__ == "__main__":
+    if len(sys.argv) > 1:  # a zygote whose imports fail (it dies before it can answer)
+        zygote.WARM["op"] = sys.argv[1]
     plan = plan_probe(build_parser().parse_args(["probe", "--backend", "cpu", "--ops", "add,softmax", "--no-runtime"]))
     zygote.stop()
-    print(json.dumps({"torch": "torch" in sys.modules, "tasks": [t.id for t in plan.tasks],
+    print(json.dumps({"torch": "torch" in sys.modules, "tasks": [t.id for t in plan.tasks], "zygote": zygote.running(),
                       "ops": plan.identity.ops, "hash": plan.identity.op_source_hash,
                       "cached": source.index_cached()}))
 """
@@ -153,3 +155,19 @@ def test_a_first_run_plans_from_the_index_the_zygote_built_without_importing_tor
     assert asked["torch"] is False and built["torch"] is True  # spawned workers: planning imports op_db itself
     assert asked["tasks"] == built["tasks"] and asked["hash"] == built["hash"]
     assert asked["ops"] == built["ops"] == ["add", "softmax", "softmax.with_dtype"]
+
+
+def test_a_zygote_that_dies_importing_leaves_planning_to_the_orchestrator(tmp_path: Path) -> None:
+    (tmp_path / "boom_warm.py").write_text("raise RuntimeError('a preload that fails')\n")
+    script = tmp_path / "plan.py"
+    script.write_text(_PLAN.replace("    zygote.stop()\n", ""))  # whether planning stopped it itself
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),
+           "OPMATRIX_CACHE_DIR": str(tmp_path / "cache"), "OPMATRIX_WORKER_START": ""}
+    done = subprocess.run([sys.executable, str(script), "boom_warm"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    plan = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "a preload that fails" in done.stderr  # the zygote's own last words
+    assert plan["torch"] is True and plan["cached"]  # the orchestrator built the index itself ...
+    assert plan["zygote"] is False  # ... and stopped the zygote: its workers will be spawned
+    assert plan["ops"] == ["add", "softmax", "softmax.with_dtype"]
