@@ -241,7 +241,7 @@ def plan_probe(args: argparse.Namespace) -> ProbePlan:
             zygote.start_early(("op",))
             answered, index = zygote.ask(op_source.index_data)
             if not (answered and op_source.adopt_index(index)):
-                zygote.stop()  # it failed: planning imports op_db itself, and workers are spawned
+                zygote.give_up()  # it failed: planning imports op_db itself, and workers are spawned
     tasks, source, names, options = _op_tasks(args, dtypes, layouts) if "ops" in suites else ([], None, [], {})
     if "runtime" in suites:
         tasks = _runtime_tasks(args.backend, args.generation) + tasks

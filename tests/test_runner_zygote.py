@@ -27,9 +27,11 @@ from multiprocessing import forkserver
 from opmatrix.probes.runner import run
 from tests.runner_handlers import HANDLERS, make_tasks
 if __name__ == "__main__":
-    if len(sys.argv) > 3:  # what a first run's planning does while it builds OpInfo's name index
-        from opmatrix.probes.runner import zygote
+    from opmatrix.probes.runner import zygote
+    if "early" in sys.argv[3:]:  # what a first run's planning does while it builds OpInfo's name index
         zygote.start_early(())
+    if "boom" in sys.argv[3:]:  # the zygote's imports fail: it dies before it forks anything
+        zygote.WARM["test"] = "boom_warm"
     tasks = make_tasks(8, units=2, sleep=0.3, pid_dir=sys.argv[2], faults={"t1": {"u0": "segv"}})
     s = run(tasks, backend="cpu", out_dir=sys.argv[1], workers=2, handlers=HANDLERS, progress=False)
     print(json.dumps({"probed": s.probed, "restarts": s.restarts, "pid": os.getpid(),
@@ -38,9 +40,12 @@ if __name__ == "__main__":
 
 
 def _fake_backend(site: Path, log: Path) -> None:
-    """A distribution whose ``torch.backends`` entry point logs the pid of each process that loads it."""
+    """A distribution whose ``torch.backends`` entry point logs the pid of each process that loads it
+    (and ``boom_warm``, a module that cannot be imported)."""
+    site.mkdir(parents=True)
+    (site / "boom_warm.py").write_text("raise RuntimeError('a preload that fails')\n")
     info = site / "fakeaccel-0.1.dist-info"
-    info.mkdir(parents=True)
+    info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fakeaccel\nVersion: 0.1\n")
     (info / "entry_points.txt").write_text("[torch.backends]\nfakeaccel = fakeaccel:autoload\n")
     (site / "fakeaccel.py").write_text(
@@ -81,6 +86,13 @@ def test_workers_are_spawned_when_asked(tmp_path: Path) -> None:
     assert summary["probed"] == 8 and summary["restarts"] >= 1 and len(workers) >= 3
     assert set(workers.values()) == {summary["pid"]}
     assert sorted(loaded) == sorted(workers)
+
+
+def test_replacements_are_spawned_when_the_zygote_dies_importing(tmp_path: Path) -> None:
+    summary, workers, loaded = _run(tmp_path, "boom")
+    assert summary["probed"] == 8 and summary["restarts"] >= 1 and len(workers) >= 3
+    assert set(workers.values()) == {summary["pid"]}  # every worker spawned, the replacements too
+    assert sorted(loaded) == sorted(workers) and summary["server"] is None
 
 
 def test_a_zygote_started_early_serves_the_first_workers_too(tmp_path: Path) -> None:

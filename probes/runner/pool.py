@@ -13,6 +13,7 @@ import signal
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
+from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 from .board import UnitBoard
 from .messages import Stop, ToWorker
 from .worker import WorkerSpec, worker_main
-from .zygote import context, stop
+from .zygote import context, give_up, running, stop
 
 __all__ = ["WorkerHandle", "close_pool", "exit_fault", "last_words", "spawn_worker", "stop_workers"]
 
@@ -132,13 +133,28 @@ def spawn_worker(slot: int, spec: WorkerSpec, *, replacement: bool = False) -> W
     carry = Path(spec.carry_path) if spec.carry_path else None
     if carry is not None:
         carry.write_bytes(b"")
-    ctx = context(spec.kinds, replacement=replacement)
-    parent_end, child_end = ctx.Pipe(duplex=True)
-    process = ctx.Process(target=worker_main, args=(slot, child_end, spec), name=f"opmatrix-w{slot}")
-    process.start()
-    child_end.close()
+    try:
+        process, parent_end = _start(slot, spec, context(spec.kinds, replacement=replacement))
+    except (OSError, EOFError):  # the zygote died (its imports raised) before it forked this worker
+        if not running():
+            raise
+        give_up()  # this worker and every later one is spawned
+        process, parent_end = _start(slot, spec, context(spec.kinds))
     return WorkerHandle(slot=slot, process=process, conn=parent_end, log=log, log_offset=offset, board=board,
                         carry=carry)
+
+
+def _start(slot: int, spec: WorkerSpec, ctx: BaseContext) -> tuple[BaseProcess, Connection]:
+    parent_end, child_end = ctx.Pipe(duplex=True)
+    process = ctx.Process(target=worker_main, args=(slot, child_end, spec), name=f"opmatrix-w{slot}")
+    try:
+        process.start()
+    except BaseException:
+        parent_end.close()
+        raise
+    finally:
+        child_end.close()
+    return process, parent_end
 
 
 def exit_fault(handle: WorkerHandle) -> tuple[str | None, str]:

@@ -43,7 +43,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
 from typing import Any
 
-__all__ = ["PRELOAD", "ask", "context", "running", "start_early", "start_method", "stop"]
+__all__ = ["PRELOAD", "ask", "context", "give_up", "running", "start_early", "start_method", "stop"]
 
 #: the module the forkserver imports before it forks any worker
 PRELOAD = "opmatrix.probes.runner.preload"
@@ -60,10 +60,13 @@ def _cpu_only_torch() -> bool:
     return version.partition("+")[2].startswith("cpu")
 
 
+_BROKEN: list[bool] = [False]  # a zygote of this process failed (give_up): every worker is spawned
+
+
 def start_method(replacement: bool = True) -> str:
     """``forkserver`` for a worker that may fork from the zygote (see the module doc), else ``spawn``."""
     wanted = os.environ.get(_ENV, "").strip().lower()
-    if wanted == "spawn" or "forkserver" not in mp.get_all_start_methods() or not _cpu_only_torch():
+    if wanted == "spawn" or _BROKEN[0] or "forkserver" not in mp.get_all_start_methods() or not _cpu_only_torch():
         return "spawn"
     return "forkserver" if replacement or wanted == "fork" else "spawn"
 
@@ -130,6 +133,13 @@ def ask(fn: Callable[..., Any], *args: Any) -> tuple[bool, Any]:
         if child.pid is not None:
             child.join()
     return answer
+
+
+def give_up() -> None:
+    """The zygote failed (its imports raised, so it died before it could fork): stop it, and
+    spawn every worker this process starts from now on."""
+    _BROKEN[0] = True
+    stop()
 
 
 def stop() -> None:
