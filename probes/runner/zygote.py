@@ -24,6 +24,10 @@ once its imports are done, sends it back), so the orchestrator never imports tor
 first workers fork from the server too (a first run with every cache empty went from 1.63x to
 about 1.06x a warm one on a 10-operator probe).
 
+A server whose imports raise dies before it forks anything; multiprocessing would start it
+again for the next request, to fail the same way, so the run gives it up (:func:`give_up`) and
+spawns that worker and every later one.
+
 Otherwise the server starts with the first worker that needs it and is stopped when the run ends
 (:func:`stop`), so each run's workers see that run's environment and preloads: torch for every
 run, and for runs of operator probes also OpInfo and the compile check's front end
