@@ -239,9 +239,10 @@ def plan_probe(args: argparse.Namespace) -> ProbePlan:
 
         if not op_source.index_cached():  # a first run: the zygote imports op_db once, for all
             zygote.start_early(("op",))
-            answered, index = zygote.ask(op_source.index_data)
-            if not (answered and op_source.adopt_index(index)):
-                zygote.give_up()  # it failed: planning imports op_db itself, and workers are spawned
+            if zygote.running():
+                answered, index = zygote.ask(op_source.index_data)
+                if not (answered and op_source.adopt_index(index)):
+                    zygote.give_up()  # it failed: planning imports op_db itself, and workers are spawned
     tasks, source, names, options = _op_tasks(args, dtypes, layouts) if "ops" in suites else ([], None, [], {})
     if "runtime" in suites:
         tasks = _runtime_tasks(args.backend, args.generation) + tasks

@@ -141,8 +141,9 @@ if __name__ == "__main__":
     if len(sys.argv) > 1:  # a zygote whose imports fail (it dies before it can answer)
         zygote.WARM["op"] = sys.argv[1]
     plan = plan_probe(build_parser().parse_args(["probe", "--backend", "cpu", "--ops", "add,softmax", "--no-runtime"]))
+    workers = zygote.start_method(replacement=True)  # how the run's workers would start
     zygote.stop()
-    print(json.dumps({"torch": "torch" in sys.modules, "tasks": [t.id for t in plan.tasks], "zygote": zygote.running(),
+    print(json.dumps({"torch": "torch" in sys.modules, "tasks": [t.id for t in plan.tasks], "workers": workers,
                       "ops": plan.identity.ops, "hash": plan.identity.op_source_hash,
                       "cached": source.index_cached()}))
 """
@@ -155,24 +156,29 @@ def test_a_first_run_plans_from_the_index_the_zygote_built_without_importing_tor
     script = tmp_path / "plan.py"
     script.write_text(_PLAN)
     plans = {}
-    for how in ("forkserver", "spawn"):
+    for how in ("forkserver", "spawn", "no-cache"):
         env = {**os.environ, "PYTHONPATH": str(ROOT), "OPMATRIX_CACHE_DIR": str(tmp_path / f"cache-{how}"),
-               "OPMATRIX_WORKER_START": how if how == "spawn" else ""}
+               "OPMATRIX_WORKER_START": "spawn" if how == "spawn" else "",
+               "OPMATRIX_NO_CACHE": "1" if how == "no-cache" else ""}
         done = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=300,
                               env=env)
         assert done.returncode == 0, done.stderr[-3000:]
         plans[how] = json.loads(done.stdout.strip().splitlines()[-1])
-        assert list((tmp_path / f"cache-{how}" / "opinfo").glob("names-*.json")) and plans[how]["cached"]
-    asked, built = plans["forkserver"], plans["spawn"]
-    assert asked["torch"] is False and built["torch"] is True  # spawned workers: planning imports op_db itself
-    assert asked["tasks"] == built["tasks"] and asked["hash"] == built["hash"]
+        written = list((tmp_path / f"cache-{how}" / "opinfo").glob("names-*.json"))
+        assert bool(written) == (how != "no-cache") and plans[how]["cached"]
+    asked, built, handed = plans["forkserver"], plans["spawn"], plans["no-cache"]
+    # spawned workers: planning imports op_db itself; else the zygote's answer is used, even with
+    # no cache on disk to read it back from
+    assert asked["torch"] is False and handed["torch"] is False and built["torch"] is True
+    assert asked["workers"] == handed["workers"] == "forkserver" and built["workers"] == "spawn"
+    assert asked["tasks"] == built["tasks"] == handed["tasks"] and asked["hash"] == built["hash"] == handed["hash"]
     assert asked["ops"] == built["ops"] == ["add", "softmax", "softmax.with_dtype"]
 
 
 def test_a_zygote_that_dies_importing_leaves_planning_to_the_orchestrator(tmp_path: Path) -> None:
     (tmp_path / "boom_warm.py").write_text("raise RuntimeError('a preload that fails')\n")
     script = tmp_path / "plan.py"
-    script.write_text(_PLAN.replace("    zygote.stop()\n", ""))  # whether planning stopped it itself
+    script.write_text(_PLAN)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),
            "OPMATRIX_CACHE_DIR": str(tmp_path / "cache"), "OPMATRIX_WORKER_START": ""}
     done = subprocess.run([sys.executable, str(script), "boom_warm"], cwd=ROOT, capture_output=True, text=True,
@@ -181,5 +187,5 @@ def test_a_zygote_that_dies_importing_leaves_planning_to_the_orchestrator(tmp_pa
     plan = json.loads(done.stdout.strip().splitlines()[-1])
     assert "a preload that fails" in done.stderr  # the zygote's own last words
     assert plan["torch"] is True and plan["cached"]  # the orchestrator built the index itself ...
-    assert plan["zygote"] is False  # ... and stopped the zygote: its workers will be spawned
+    assert plan["workers"] == "spawn"  # ... and gave the zygote up: the run's workers will be spawned
     assert plan["ops"] == ["add", "softmax", "softmax.with_dtype"]

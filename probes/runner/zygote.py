@@ -26,7 +26,7 @@ about 1.06x a warm one on a 10-operator probe).
 
 A server whose imports raise dies before it forks anything; multiprocessing would start it
 again for the next request, to fail the same way, so the run gives it up (:func:`give_up`) and
-spawns that worker and every later one.
+spawns that worker and every later one until it ends.
 
 Otherwise the server starts with the first worker that needs it and is stopped when the run ends
 (:func:`stop`), so each run's workers see that run's environment and preloads: torch for every
@@ -64,7 +64,7 @@ def _cpu_only_torch() -> bool:
     return version.partition("+")[2].startswith("cpu")
 
 
-_BROKEN: list[bool] = [False]  # a zygote of this process failed (give_up): every worker is spawned
+_BROKEN: list[bool] = [False]  # the run's zygote failed (give_up): its other workers are spawned
 
 
 def start_method(replacement: bool = True) -> str:
@@ -111,7 +111,8 @@ def _answer(conn: Connection, fn: Callable[..., Any], args: tuple[Any, ...]) -> 
     try:
         conn.send((True, fn(*args)))
     except Exception as exc:  # noqa: BLE001 - the asker falls back to doing it itself
-        conn.send((False, repr(exc)))
+        with contextlib.suppress(OSError):  # the asker may be gone (interrupted)
+            conn.send((False, repr(exc)))
     finally:
         conn.close()
 
@@ -131,6 +132,9 @@ def ask(fn: Callable[..., Any], *args: Any) -> tuple[bool, Any]:
         answer: tuple[bool, Any] = receive.recv()
     except (OSError, EOFError) as exc:  # the zygote died while importing, or the child did
         answer = False, f"the zygote did not answer: {exc!r}"
+    except BaseException:  # interrupted: a request still queued would fork a child with no one to answer
+        stop()
+        raise
     finally:
         send.close()
         receive.close()
@@ -140,10 +144,10 @@ def ask(fn: Callable[..., Any], *args: Any) -> tuple[bool, Any]:
 
 
 def give_up() -> None:
-    """The zygote failed (its imports raised, so it died before it could fork): stop it, and
-    spawn every worker this process starts from now on."""
+    """The zygote failed (its imports raised, so it died before it could fork, or a fork request
+    failed): spawn every worker from now until the run's end (:func:`stop`). It is not killed
+    here: workers it forked before (their death signal is armed against it) keep running."""
     _BROKEN[0] = True
-    stop()
 
 
 def stop() -> None:
@@ -153,6 +157,7 @@ def stop() -> None:
     OpInfo took 1.8 s to tear itself down, which the run's end waited for."""
     from multiprocessing import forkserver
 
+    _BROKEN[0] = False  # the next run may try a zygote again
     server = forkserver._forkserver
     stop_server = getattr(server, "_stop", None)  # the stdlib's own tests stop it so
     if stop_server is None or not _OURS[0]:
