@@ -238,8 +238,7 @@ def plan_probe(args: argparse.Namespace) -> ProbePlan:
         from opmatrix.probes.runner import zygote
 
         if not op_source.index_cached():  # a first run: the zygote imports op_db once, for all
-            zygote.start_early(("op",))
-            if zygote.running():
+            if zygote.start_early(("op",)):
                 answered, index = zygote.ask(op_source.index_data)
                 if not (answered and op_source.adopt_index(index)):
                     zygote.give_up()  # it failed: planning imports op_db itself, and workers are spawned

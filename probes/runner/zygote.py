@@ -90,14 +90,16 @@ def context(kinds: tuple[str, ...] = (), *, replacement: bool = False) -> BaseCo
     return ctx
 
 
-def start_early(kinds: tuple[str, ...]) -> None:
-    """Start the zygote now, so that its imports overlap the caller's own work (a first run builds
-    OpInfo's name index before it can plan); the run's first workers then fork from it too."""
+def start_early(kinds: tuple[str, ...]) -> bool:
+    """Start the zygote now, so that its imports overlap the caller's own work (a first run asks
+    it for OpInfo's name index before it can plan); the run's first workers then fork from it too.
+    False when workers are spawned here (no zygote was started)."""
     ctx = context(kinds, replacement=True)
     if ctx.get_start_method() == "forkserver" and _OURS[0]:
         from multiprocessing import forkserver
 
         forkserver.ensure_running()
+    return running()
 
 
 def running() -> bool:
