@@ -5,16 +5,17 @@ OPM := $(VENV)/bin/opmatrix
 STAMP := $(VENV)/.installed
 OUT ?= out
 
-.PHONY: setup demo test test-fast test-xla test-compat lint bench clean browser-deps
+.PHONY: setup demo test test-fast test-xla test-compat lint bench clean browser-deps docs
 
 $(PY):
 	python3 -m venv $(VENV)
 
-# torch is pinned here (the local CPU wheel); the package itself asks for a range.
+# torch is pinned here (the local CPU wheel); the package itself asks for a range. The editable
+# install's one note from setuptools (its import finder for package-dir layouts) is filtered.
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
 	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,dev]'
+	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install -q --disable-pip-version-check -e '.[test,dev,docs]'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -31,16 +32,28 @@ browser-deps:
 	  echo "browser-deps: installing the Debian package 'chromium' with apt-get, system-wide: the browser"; \
 	  echo "browser-deps: tests (tests/test_reports_browser.py) open the HTML site in it. Skip with 'make test-fast'."; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium; \
+	  $$SUDO apt-get update -qq || exit 1; \
+	  n=$$(apt-get install -s --no-install-recommends chromium | grep -c '^Inst'); \
+	  echo "browser-deps: apt-get installs $$n Debian packages (chromium and its libraries, no recommends)"; \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends chromium; \
 	fi
 
 # Everything: the fast tests, the slow end-to-end ones (real probes in subprocesses) and the browser.
 # TEST_JOBS pytest processes (pytest-xdist, one test file each at a time: module fixtures are built
-# once), then the tests that measure real time, alone (marker `serial`: the perf gate's own checks).
+# once), then the tests that measure real time, alone (marker `serial`: the perf gate's own checks),
+# then the docs site (mkdocs --strict: a broken link or a page missing from the nav fails). Every
+# stage runs even when an earlier one failed; the target fails if any did.
 TEST_JOBS ?= 2
 test: setup browser-deps
-	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile -m "not serial"
-	$(PY) -m pytest -q -m serial
+	@rc=0; \
+	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile -m "not serial" || rc=1; \
+	$(PY) -m pytest -q -m serial || rc=1; \
+	$(MAKE) --no-print-directory docs || rc=1; \
+	exit $$rc
+
+# The user docs (docs/, mkdocs.yml), built strictly into site-docs/.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict -q -d site-docs
 
 # The inner loop: no slow end-to-end tests, no browser (nothing installed on the system).
 test-fast: setup
@@ -104,4 +117,4 @@ bench: setup
 	$(PY) bench/bench_yaml.py
 
 clean:
-	rm -rf $(OUT) site build *.egg-info .pytest_cache
+	rm -rf $(OUT) site site-docs build *.egg-info .pytest_cache
