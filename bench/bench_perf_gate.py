@@ -22,7 +22,7 @@ import os
 import time
 
 from opmatrix.ci.perf import compare_records
-from opmatrix.probes.perf.command import bench_specs, measure_all
+from opmatrix.probes.perf.bench import bench_specs, measure_all
 from opmatrix.schema.perf import PerfRecord, PerfRequirement
 
 

@@ -24,14 +24,14 @@ HANDLERS: dict[str, str] = {
     "probe": "opmatrix.pipeline:probe",
     "merge": "opmatrix.pipeline:merge",
     "validate": "opmatrix.cli:_validate",
-    "query": "opmatrix.matrix.command:query",
-    "report": "opmatrix.reports.command:report",
-    "gate": "opmatrix.ci.command:gate",
-    "diff": "opmatrix.matrix.command:diff",
-    "doctor": "opmatrix.probes.runtime.command:doctor",
+    "query": "opmatrix.matrix.verbs:query",
+    "report": "opmatrix.reports.publish:report",
+    "gate": "opmatrix.ci.gate:gate",
+    "diff": "opmatrix.matrix.verbs:diff",
+    "doctor": "opmatrix.probes.runtime.doctor:doctor",
     "schema": "opmatrix.cli:_schema",
-    "explain": "opmatrix.explain:command",
-    "bench": "opmatrix.probes.perf.command:bench",
+    "explain": "opmatrix.explanation:command",
+    "bench": "opmatrix.probes.perf.bench:bench",
     "compat": "opmatrix.ci.compatrun:compat",
 }
 
@@ -138,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="1: level 0/1 checks (default); 5: also the distributed suite (collectives, DDP, failures)")
     p.add_argument("--json", action="store_true")
 
-    from opmatrix.explain import add_parser as add_explain
+    from opmatrix.explanation import add_parser as add_explain
 
     add_explain(sub)
     _add_perf_parsers(sub)

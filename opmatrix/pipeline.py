@@ -95,7 +95,7 @@ def _selected(records: list[Record], planned: set[str]) -> list[Record]:
 
 def _build(plan: Any, summary: Any) -> Any:
     from opmatrix.matrix.build import build_matrix
-    from opmatrix.probes.command import probe_evidence, worker_evidence
+    from opmatrix.probes.planning import probe_evidence, worker_evidence
 
     records = scan_journal(plan.out / JOURNAL).records
     planned = {t.id for t in plan.planned}
@@ -149,7 +149,7 @@ def probe(args: argparse.Namespace) -> int:
 
 
 def _probe(args: argparse.Namespace) -> int:
-    from opmatrix.probes.command import plan_probe
+    from opmatrix.probes.planning import plan_probe
 
     if args.out:
         check_out_path(args.out)
@@ -174,7 +174,7 @@ def _probe(args: argparse.Namespace) -> int:
         with gc_paused():  # reading the journal and building the matrix: 60% faster without collections
             matrix = _build(plan, summary)
         if "distributed" in plan.suites:
-            from opmatrix.probes.distributed.command import attach_distributed
+            from opmatrix.probes.distributed.hooks import attach_distributed
 
             matrix = attach_distributed(matrix, args, plan.out)
         dump_model(matrix, plan.out / "matrix.yaml", command=plan.command)
@@ -208,8 +208,8 @@ def _same_run(headers: list[JournalHeader], paths: list[str]) -> None:
 def merge(args: argparse.Namespace) -> int:
     """Join shard journals into DIR/journal.jsonl and build DIR/matrix.yaml from them."""
     from opmatrix.matrix.build import build_matrix
-    from opmatrix.matrix.command import merge_backend, merge_evidence, merge_runtime
     from opmatrix.matrix.journal import dumps_records, merge_records
+    from opmatrix.matrix.verbs import merge_backend, merge_evidence, merge_runtime
     from opmatrix.probes.runner.journal import rotate
 
     out = check_out_path(args.out)

@@ -134,7 +134,7 @@ def test_the_zygote_answers_questions_from_a_child_and_says_when_it_cannot(tmp_p
 _PLAN = """
 import json, sys
 from opmatrix.cli import build_parser
-from opmatrix.probes.command import plan_probe
+from opmatrix.probes.planning import plan_probe
 from opmatrix.probes.ops import source
 from opmatrix.probes.runner import zygote
 if __name__ == "__main__":

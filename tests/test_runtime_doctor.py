@@ -10,7 +10,7 @@ import unittest
 
 import pytest
 
-from opmatrix.probes.runtime.command import exit_code, render
+from opmatrix.probes.runtime.doctor import exit_code, render
 
 from .conftest import ROOT, run_cli
 from .test_runtime_checks import refaccel_doctor

@@ -8,7 +8,7 @@ from opmatrix.backend.registry import get_adapter
 from opmatrix.probes.runner.task import Skip, Task, WorkerContext
 from opmatrix.probes.runtime.catalog import CATALOG, by_name
 from opmatrix.probes.runtime.checks import handle, plan_runtime_tasks
-from opmatrix.probes.runtime.command import exit_code, verdict_line
+from opmatrix.probes.runtime.doctor import exit_code, verdict_line
 from opmatrix.probes.runtime.execute import runtime_from_records
 from opmatrix.probes.runtime.initfail import classify_init_failure
 from opmatrix.schema import ApiCoverage, ApiService, CheckResult, DeviceInfo, Runtime, RuntimeCheck, RuntimeRecord

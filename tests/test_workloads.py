@@ -151,7 +151,7 @@ def test_user_factory_builds_a_workload_in_the_asked_dtype():
 
 
 def test_explain_traces_a_catalog_workload_without_a_device(tmp_path):
-    from opmatrix.explain import explain
+    from opmatrix.explanation import explain
     from opmatrix.schema import dump_model
 
     records = [task("gelu", "float32", cells("aten.gelu.default", "float32", range(1, 4), path="fallback")),

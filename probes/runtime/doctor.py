@@ -141,7 +141,7 @@ def doctor(args: argparse.Namespace) -> int:
 def _doctor_level5(args: argparse.Namespace, generation: str | None, runtime: Any, seconds: float, code: int,
                    verified: bool | None) -> int:
     """``doctor --level 5``: the level 0/1 table, then the distributed suite."""
-    from opmatrix.probes.distributed.command import doctor_distributed
+    from opmatrix.probes.distributed.hooks import doctor_distributed
 
     as_json = bool(getattr(args, "json", False))
     if not as_json:

@@ -8,7 +8,7 @@ The model (a catalog workload or ``pkg.mod:factory``) is traced with ``make_fx``
 When the matrix holds a run of the same workload, the prediction is compared with the observed
 host fallback. Python API::
 
-    from opmatrix.explain import explain
+    from opmatrix.explanation import explain
     report = explain("out/refaccel-g1/matrix.yaml", "tinygpt")
     report.host_ops(), report.transfers
 """
