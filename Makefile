@@ -111,7 +111,7 @@ test-compat: setup .venv-xla.stamp
 
 lint: setup
 	$(VENV)/bin/ruff check opmatrix schema backend probes matrix reports ci tests bench
-	$(VENV)/bin/mypy opmatrix schema
+	$(VENV)/bin/mypy opmatrix schema backend probes matrix ci reports
 
 bench: setup
 	$(PY) bench/bench_yaml.py

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from opmatrix.schema import Entry, ExecPath, WorkloadResult
+from opmatrix.schema import Entry, ExecPath, Outcome, WorkloadResult
 
 __all__ = ["base_name", "diff_workloads", "fallback_bases", "normal_base", "predict_fallback", "render_workload_diff"]
 
@@ -52,7 +52,7 @@ def predict_fallback(results: Iterable[WorkloadResult], operators: Mapping[str, 
 
 def _rank(w: WorkloadResult) -> tuple[int, int]:
     """Lower is better: the outcome, then the number of steps that did not pass."""
-    return (list(type(w.outcome)).index(w.outcome), len(w.failed_steps()))
+    return (list(Outcome).index(w.outcome), len(w.failed_steps()))
 
 
 def diff_workloads(a: Iterable[WorkloadResult], b: Iterable[WorkloadResult]) -> dict[str, list[str]]:

@@ -82,7 +82,7 @@ def _skip_guard_latency_profile() -> None:
     from torch._dynamo import guards
 
     if callable(getattr(guards, "profile_guard_manager", None)):
-        guards.profile_guard_manager = _no_latency  # type: ignore[attr-defined]
+        guards.profile_guard_manager = _no_latency  # type: ignore[attr-defined,assignment]
 
 
 def _no_latency(*_: Any) -> float:

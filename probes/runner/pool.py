@@ -13,7 +13,6 @@ import signal
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from typing import Any
 from .board import UnitBoard
 from .messages import Stop, ToWorker
 from .worker import WorkerSpec, worker_main
-from .zygote import context, give_up, running, stop
+from .zygote import ProcessContext, context, give_up, running, stop
 
 __all__ = ["WorkerHandle", "close_pool", "exit_fault", "last_words", "spawn_worker", "stop_workers"]
 
@@ -144,7 +143,7 @@ def spawn_worker(slot: int, spec: WorkerSpec, *, replacement: bool = False) -> W
                         carry=carry)
 
 
-def _start(slot: int, spec: WorkerSpec, ctx: BaseContext) -> tuple[BaseProcess, Connection]:
+def _start(slot: int, spec: WorkerSpec, ctx: ProcessContext) -> tuple[BaseProcess, Connection]:
     parent_end, child_end = ctx.Pipe(duplex=True)
     process = ctx.Process(target=worker_main, args=(slot, child_end, spec), name=f"opmatrix-w{slot}")
     try:

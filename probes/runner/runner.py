@@ -345,8 +345,8 @@ class Run:
             if not handle.ready or handle.job is not None or handle.gone:
                 continue
             # a fresh worker takes a retry first; a worker that has run tasks never takes one
-            job = handle.tasks == 0 and next((j for j in self.pending if j.fresh), None) or next(
-                (j for j in self.pending if not j.fresh), None)
+            job = next((j for j in self.pending if j.fresh), None) if handle.tasks == 0 else None
+            job = job or next((j for j in self.pending if not j.fresh), None)
             if job is None:  # only retries wait, for a fresh worker: make one unless one is coming
                 if not any(w.tasks == 0 for w in self.workers.values()):
                     stop_workers([self.workers.pop(handle.slot)])

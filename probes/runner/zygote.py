@@ -44,8 +44,8 @@ import os
 import signal
 from collections.abc import Callable
 from multiprocessing.connection import Connection
-from multiprocessing.context import BaseContext
-from typing import Any
+from multiprocessing.context import ForkContext, ForkServerContext, SpawnContext
+from typing import Any, cast
 
 __all__ = ["PRELOAD", "ask", "context", "give_up", "running", "start_early", "start_method", "stop"]
 
@@ -67,6 +67,10 @@ def _cpu_only_torch() -> bool:
 _BROKEN: list[bool] = [False]  # the run's zygote failed (give_up): its other workers are spawned
 
 
+#: the contexts :func:`start_method` names (typeshed types ``mp.get_context(str)`` as their base)
+ProcessContext = ForkContext | ForkServerContext | SpawnContext
+
+
 def start_method(replacement: bool = True) -> str:
     """``forkserver`` for a worker that may fork from the zygote (see the module doc), else ``spawn``."""
     wanted = os.environ.get(_ENV, "").strip().lower()
@@ -78,9 +82,9 @@ def start_method(replacement: bool = True) -> str:
 _OURS: list[bool] = [False]  # whether the forkserver running in this process is the run's zygote
 
 
-def context(kinds: tuple[str, ...] = (), *, replacement: bool = False) -> BaseContext:
+def context(kinds: tuple[str, ...] = (), *, replacement: bool = False) -> ProcessContext:
     """The multiprocessing context a worker of a run with task ``kinds`` starts in."""
-    ctx = mp.get_context(start_method(replacement))
+    ctx = cast(ProcessContext, mp.get_context(start_method(replacement)))
     if ctx.get_start_method() == "forkserver":
         from multiprocessing import forkserver
 

@@ -47,7 +47,7 @@ def compiled_inference(run: Run, backend: Any, stats: dict[str, Any]) -> StepRes
     """Compile the model, run it once (compile time), compare with eager; fills ``stats``."""
     wl = run.workload
     _fresh()
-    compiled = torch.compile(run.model, backend=backend)
+    compiled = torch.compile(run.on_device(), backend=backend)
     start = time.perf_counter()
     with torch.no_grad():
         out = observe(run, lambda: forward(wl, compiled, run.inputs, True))
@@ -84,7 +84,7 @@ def dynamic_shapes(run: Run, stats: dict[str, Any]) -> StepResult:
     seconds = time.perf_counter() - start
     stats["recompiles"] = max(0, _counters()[2] - before)
     with torch.no_grad():
-        want = forward(wl, run.model, inputs, True)
+        want = forward(wl, run.on_device(), inputs, True)
     ok, err, scale, why = compare(to_cpu(got), to_cpu(want), wl.rtol, wl.atol)
     note = f"batch {wl.batch} -> {wl.batch * 2}: {stats['recompiles']} recompile(s)"
     return StepResult(result=CheckResult.passed if ok else CheckResult.failed, outcome=Outcome.ok if ok else Outcome.wrong,
@@ -102,7 +102,7 @@ def _first_float(run: Run) -> torch.Tensor:
     out = run.eager_out
     t = out if isinstance(out, torch.Tensor) else None
     if t is None or not t.is_floating_point():
-        t = torch.ones(4, 4, dtype=next(run.model.parameters()).dtype)
+        t = torch.ones(4, 4, dtype=next(run.on_device().parameters()).dtype)
     return t.to(run.device)
 
 

@@ -10,10 +10,12 @@ before each one (``progress``) so a crash, hang or OOM is blamed on the step, an
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 import torch
 
+from opmatrix.probes.runner import Task
 from opmatrix.schema import CheckResult, FallbackState, Outcome
 from opmatrix.schema.workloads import (
     CompileCache,
@@ -43,13 +45,11 @@ def task_id(name: str, dtype: str, mode: str) -> str:
 
 
 def plan_workload_tasks(names: list[str], dtypes: list[str], modes: list[str], seed: int = 0,
-                        compile_backend: str | None = None) -> list[Any]:
+                        compile_backend: str | None = None) -> list[Task]:
     """One ``workload`` task per name x dtype x mode, in a stable order (after the op tasks);
     ``compile_backend`` replaces the adapter's for compile mode (part of the payload, so of the
     evidence key: a run with another backend never reuses these records)."""
-    from opmatrix.probes.runner import Task
-
-    tasks = []
+    tasks: list[Task] = []
     for name in names:
         for dtype in dtypes:
             for mode in modes:
@@ -102,7 +102,7 @@ def _run_steps(ctx: Any, task: Any, run: steps.Run, backend: Any, progress: Call
         run.step_ops = set()
         body = _step_fn(step, run, backend, stats)
         if step is WorkloadStep.inference:  # copies are profiled in the forward pass only (profiling is costly)
-            results[step], stats["copies"] = copies_during(lambda b=body: steps.guarded(ctx.adapter, b))
+            results[step], stats["copies"] = copies_during(partial(steps.guarded, ctx.adapter, body))
         else:
             results[step] = steps.guarded(ctx.adapter, body)
         if run.step_ops:

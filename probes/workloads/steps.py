@@ -13,7 +13,7 @@ import io
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -43,8 +43,14 @@ class Run:
     #: compile mode: the plain forward (a compiled module's other methods are not compiled)
     plain: bool = False
 
+    def on_device(self) -> torch.nn.Module:
+        """The device copy of the model: the steps after ``to_device`` run only once it exists."""
+        if self.model is None:
+            raise RuntimeError("the model is not on the device: to_device failed")
+        return self.model
 
-def forward(wl: Workload, model: torch.nn.Module, inputs: tuple, plain: bool = False) -> Any:
+
+def forward(wl: Workload, model: Callable[..., Any], inputs: tuple, plain: bool = False) -> Any:
     """The workload's forward pass (generation for decoders, unless ``plain``: then ``model(*inputs)``)."""
     return wl.run(model, *inputs) if wl.run is not None and not plain else model(*inputs)
 
@@ -104,10 +110,10 @@ def _reference(wl: Workload, plain: bool = False) -> Any:
 def inference(run: Run) -> StepResult:
     """The forward pass on the device vs the CPU reference (within the workload's tolerance)."""
     wl = run.workload
-    assert run.model is not None, "to_device failed"
+    model = run.on_device()
     start = time.perf_counter()
     with torch.no_grad():
-        out = observe(run, lambda: forward(wl, run.model, run.inputs, run.plain))
+        out = observe(run, lambda: forward(wl, model, run.inputs, run.plain))
         run.adapter.synchronize()
     seconds = time.perf_counter() - start
     run.eager_out = to_cpu(out)
@@ -144,7 +150,7 @@ def training(run: Run, backend: Any = None) -> StepResult:
     # which crashes refaccel on BatchNorm's int64 counter: a runtime bug this path does not hide elsewhere)
     model = copy.deepcopy(wl.model).to(run.device)
     if backend is not None:
-        model = torch.compile(model, backend=backend)
+        model = cast(torch.nn.Module, torch.compile(model, backend=backend))  # an OptimizedModule
     start = time.perf_counter()
     got = observe(run, lambda: _train_once(wl, model, run.inputs))
     run.adapter.synchronize()
@@ -163,7 +169,8 @@ def state_dict_round_trip(run: Run) -> StepResult:
     wl = run.workload
     start = time.perf_counter()
     buf = io.BytesIO()
-    torch.save(run.model.state_dict(), buf)
+    model = run.on_device()
+    torch.save(model.state_dict(), buf)
     buf.seek(0)
     loaded = torch.load(buf, weights_only=True)
     off = [k for k, t in loaded.items() if t.device != run.device]
@@ -173,7 +180,7 @@ def state_dict_round_trip(run: Run) -> StepResult:
     fresh = fresh.to(run.device)
     fresh.load_state_dict(loaded)
     with torch.no_grad():
-        a, b = forward(wl, run.model, run.inputs), forward(wl, fresh, run.inputs)
+        a, b = forward(wl, model, run.inputs), forward(wl, fresh, run.inputs)
     ok, err, _, why = compare(a, b, 0.0, 0.0)
     seconds = round(time.perf_counter() - start, 4)
     if off:
