@@ -35,7 +35,9 @@ browser-deps:
 	  $$SUDO apt-get update -qq || exit 1; \
 	  n=$$(apt-get install -s --no-install-recommends chromium | grep -c '^Inst'); \
 	  echo "browser-deps: apt-get installs $$n Debian packages (chromium and its libraries, no recommends)"; \
-	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends chromium; \
+	  log=$$(mktemp); \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends chromium > $$log 2>&1 \
+	    || { cat $$log; rm -f $$log; exit 1; }; rm -f $$log; echo "browser-deps: installed /usr/bin/chromium"; \
 	fi
 
 # Everything: the fast tests, the slow end-to-end ones (real probes in subprocesses) and the browser.

@@ -13,6 +13,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchdoc import Run
+
 from opmatrix.reports import render_site
 from opmatrix.reports.synthetic import synthetic_matrix
 
@@ -22,7 +24,9 @@ def main() -> None:
     parser.add_argument("--ops", type=int, default=700, help="operators (default 700, all of OpInfo)")
     parser.add_argument("--baseline", action="store_true", help="also render the diff against a second matrix")
     parser.add_argument("--out", help="output directory (default: a temporary one)")
+    parser.add_argument("--record", action="store_true", help="add this run's figures to docs/benchmarks.md")
     args = parser.parse_args()
+    run = Run("bench_report")
 
     t0 = time.perf_counter()
     matrix = synthetic_matrix(n_ops=args.ops, seed=0)
@@ -46,6 +50,10 @@ def main() -> None:
         print(f"index.html: {size / 1e6:.2f} MB  [goal < 3 MB]; whole site {total / 1e6:.1f} MB")
         if args.baseline:
             print(f"diff.html: {(out / 'diff.html').stat().st_size / 1e6:.2f} MB")
+    if args.record:
+        run.record({"operators": str(len(matrix.operators)), "cells": f"{matrix.cell_count():,}",
+                    "render": f"{cold:.2f} s wall, {cpu:.2f} s CPU", "re-render": f"{warm:.2f} s",
+                    "index.html": f"{size / 1e6:.2f} MB", "site": f"{total / 1e6:.1f} MB"})
 
 
 if __name__ == "__main__":

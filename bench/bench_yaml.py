@@ -12,6 +12,8 @@ import argparse
 import itertools
 import time
 
+from benchdoc import Run
+
 from opmatrix.schema import (
     BackendId,
     Entry,
@@ -71,7 +73,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cells", type=int, default=50_000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--record", action="store_true", help="add this run's figures to docs/benchmarks.md")
     args = ap.parse_args()
+    run = Run("bench_yaml")
     m = generate(args.cells)
     text = dumps_model(m, command="bench")
     print(f"matrix: {len(m.operators)} operators, {m.cell_count()} cells, {len(text) / 1e6:.1f} MB of YAML; "
@@ -87,6 +91,10 @@ def main() -> None:
     (cp, cd), (pp, pd) = rows["C (libyaml)"], rows["pure Python"]
     print(f"pure / C      parse {pp / cp:5.1f}x   dump {pd / cd:5.1f}x   (same run, best of {args.repeat})")
     assert dumps_model(m, command="bench") == dumps_model(m, command="bench", pure=True), "C and pure dumps differ"
+    if args.record:
+        run.record({"cells": f"{m.cell_count():,}", "parse C": f"{cp:.2f} s", "parse Python": f"{pp:.2f} s",
+                    "dump C": f"{cd:.2f} s", "dump Python": f"{pd:.2f} s", "validate": f"{validate:.2f} s",
+                    "Python / C": f"parse {pp / cp:.1f}x, dump {pd / cd:.1f}x"})
 
 
 if __name__ == "__main__":
