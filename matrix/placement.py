@@ -55,6 +55,12 @@ class Placement:
     segments: int = 0
     observed: list[str] | None = None
     comparison: dict[str, list[str]] | None = None
+    #: what the prediction was compared with, in words ("the inference step of tinygpt float32 eager, ok")
+    compared_with: str = ""
+    #: why there is no comparison although the matrix holds a run of the workload ("" when compared)
+    not_compared: str = ""
+    #: never-probed overload -> the OpInfo names whose probe calls it (``--ops`` that probe accepts)
+    suggestions: dict[str, list[str]] = field(default_factory=dict)
 
     def counts(self) -> dict[str, int]:
         """Nodes per placement."""
@@ -65,8 +71,68 @@ class Placement:
         return sorted({base_name(n.op) for n in self.nodes if n.where == "host"})
 
     def unknown_ops(self) -> list[str]:
-        """Distinct ops the matrix never probed for these cells."""
-        return sorted({n.op for n in self.nodes if n.where == "unknown"})
+        """Distinct ops the matrix never probed for these cells (ops also rejected or on the host are
+        listed there: every op is in exactly one list, see :meth:`op_groups`)."""
+        return sorted(op for op, where in self.op_groups().items() if where == "unknown")
+
+    def op_groups(self) -> dict[str, str]:
+        """Each op of a non-device node -> the one list it is shown in: its worst placement
+        (rejected, then host, then unknown)."""
+        rank = {"rejected": 0, "host": 1, "unknown": 2}
+        out: dict[str, str] = {}
+        for n in self.nodes:
+            if n.where in rank and (n.op not in out or rank[n.where] < rank[out[n.op]]):
+                out[n.op] = n.where
+        return out
+
+    def probe_ops(self) -> tuple[list[str], list[str]]:
+        """The ``--ops`` names that probe the never-probed ops, and the ops no OpInfo calls."""
+        names: list[str] = []
+        orphans: list[str] = []
+        for op in self.unknown_ops():
+            found = self.suggestions.get(op, [])
+            if not found:
+                orphans.append(op)
+            for name in found:
+                if name not in names:
+                    names.append(name)
+        return names, orphans
+
+    def _node_lines(self, where: str, ops: list[str]) -> list[str]:
+        """One line per op and reason: the nodes that share them, counted."""
+        lines = []
+        for op in sorted(ops):
+            by_detail: dict[str, list[NodePlacement]] = {}
+            for n in self.nodes:
+                if n.op == op and n.where == where:
+                    by_detail.setdefault(n.detail, []).append(n)
+            for detail, nodes in by_detail.items():
+                modules = sorted({n.module for n in nodes if n.module})
+                at = f" in {_cut_list(modules, 3)}" if modules else ""
+                count = f" x{len(nodes)}" if len(nodes) > 1 else ""
+                lines.append(f"  {where:8} {op}{count}{at} ({_cut_list([n.node for n in nodes], 3)}): {detail}")
+            others = Counter(n.where for n in self.nodes if n.op == op and n.where != where)
+            if others:
+                lines.append(f"           {op} also: " + ", ".join(f"{k} {v} node(s)" for k, v in sorted(others.items())))
+        return lines
+
+    def verdict(self) -> str:
+        """The comparison's result in words."""
+        if self.comparison is None:
+            return self.not_compared
+        cmp = self.comparison
+        if not cmp["missed"] and not cmp["extra"]:
+            if cmp["agree"]:
+                return f"the prediction matches: {', '.join(cmp['agree'])} on the host, as observed"
+            return "the prediction matches: no op on the host, and none was observed there"
+        parts = []
+        if cmp["missed"]:
+            parts.append(f"observed on the host but not predicted: {', '.join(cmp['missed'])}")
+        if cmp["extra"]:
+            parts.append(f"predicted on the host but not observed: {', '.join(cmp['extra'])}")
+        if cmp["agree"]:
+            parts.append(f"both: {', '.join(cmp['agree'])}")
+        return "the prediction differs: " + "; ".join(parts)
 
     def flop_shares(self) -> dict[str, float]:
         """Share of the graph's FLOPs per placement (empty when no node has a FLOP formula)."""
@@ -81,8 +147,10 @@ class Placement:
     def to_json(self) -> dict[str, Any]:
         """A JSON-able dict of the whole report."""
         data = asdict(self)
+        names, orphans = self.probe_ops()
         data.update(counts=self.counts(), host_ops=self.host_ops(), unknown_ops=self.unknown_ops(),
-                    flops=sum(n.flops for n in self.nodes), flop_shares=self.flop_shares())
+                    flops=sum(n.flops for n in self.nodes), flop_shares=self.flop_shares(),
+                    probe_ops=names, no_opinfo=orphans, comparison_result=self.verdict())
         return data
 
     def text(self) -> str:
@@ -97,21 +165,31 @@ class Placement:
             total = sum(n.flops for n in self.nodes)
             lines.append(f"  FLOPs (matmul, convolution, attention: what torch.utils.flop_counter counts): {total:,} per call; " + ", ".join(
                 f"{100 * shares.get(w, 0.0):.1f}% {w}" for w in ("device", "host", "rejected", "unknown") if w in shares))
-        for n in self.nodes:
-            if n.where in ("host", "rejected"):
-                at = f" in {n.module}" if n.module else ""
-                lines.append(f"  {n.where:8} {n.op}{at} ({n.node}): {n.detail}")
-        if self.unknown_ops():
-            ops = self.unknown_ops()
-            names = sorted({o.split(".")[1] for o in ops})
-            lines.append(f"  unknown  {len(ops)} op(s) never probed: {', '.join(ops[:12])}"
-                         f"{' ...' if len(ops) > 12 else ''} (probe with --ops {','.join(names[:12])})")
+        groups = self.op_groups()
+        for where in ("rejected", "host"):
+            lines += self._node_lines(where, [op for op, w in groups.items() if w == where])
+        unknown = self.unknown_ops()
+        if unknown:
+            lines.append(f"  unknown  {len(unknown)} op(s) never probed: {_cut_list(unknown, 12)}")
+            names, orphans = self.probe_ops()
+            if names:
+                lines.append(f"           probe them with --ops {','.join(names)} (the OpInfo entries that call them)")
+            if orphans:
+                lines.append(f"           no OpInfo entry calls {_cut_list(orphans, 12)}: probe cannot reach them")
         if self.comparison is not None:
-            cmp = self.comparison
-            lines.append(f"  observed host fallback of the same workload: {', '.join(self.observed or []) or 'none'}")
-            lines.append(f"  prediction vs observation: agree {cmp['agree'] or '-'}; observed but not predicted "
-                         f"{cmp['missed'] or '-'}; predicted but not observed {cmp['extra'] or '-'}")
+            observed = ", ".join(self.observed or []) or "none"
+            lines.append(f"  compared with {self.compared_with or 'the observed run'}: host fallback observed: {observed}")
+            lines.append(f"  result: {self.verdict()}")
+        elif self.not_compared:
+            lines.append(f"  not compared: {self.not_compared}")
         return "\n".join(lines)
+
+
+def _cut_list(items: list[str], most: int) -> str:
+    """``a, b, c`` or ``a, b, c, ... (12 in all)``: a cut list says so."""
+    if len(items) <= most:
+        return ", ".join(items)
+    return ", ".join(items[:most]) + f", \u2026 ({len(items)} in all)"
 
 
 def _where(answers: list[Any]) -> tuple[str, str, str]:

@@ -67,11 +67,31 @@ def explain(matrix_path: str, name: str, dtype: str = "float32", mode: str = "ea
     dtype = _DTYPES.get(dtype, dtype)
     matrix = Matrix.load(matrix_path)
     report = place(trace(name, dtype, mode), matrix, workload=name, dtype=dtype, mode=mode)
+    if report.unknown_ops():
+        from opmatrix.probes.ops.opinfo_names import opinfo_names
+
+        report.suggestions = opinfo_names(report.unknown_ops())
     run = next((w for w in matrix.model.workloads if w.key() == (name, dtype, mode)), None)
-    if run is not None and run.host_fallback.state.value != "unknown":
-        step = run.steps.get("inference")  # explain traces the forward pass: compare with that step
-        compare_observed(report, step.host_fallback if step is not None else run.host_fallback.ops)
+    if run is None:
+        return report
+    step = run.steps.get("inference")  # explain traces the forward pass: compare with that step
+    what = f"the {name} run in this matrix ({dtype}, {mode})"
+    if step is None or step.outcome.is_fault:
+        said = run.error or (step.evidence if step is not None else "")
+        why = f"{run.outcome.value}: {_first_line(said)}" if said else f"outcome {run.outcome.value}"
+        report.not_compared = (f"{what} did not complete its inference step ({why}), so nothing it observed "
+                               "can confirm or refute the prediction")
+    elif run.host_fallback.state.value == "unknown":
+        report.not_compared = f"{what} could not observe host fallback (the adapter has no signal for it)"
+    else:
+        report.compared_with = f"{what}, inference step"
+        compare_observed(report, step.host_fallback)
     return report
+
+
+def _first_line(text: str, most: int = 160) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= most else line[: most - 1] + "\u2026"
 
 
 def command(args: argparse.Namespace) -> int:

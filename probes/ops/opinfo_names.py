@@ -1,0 +1,107 @@
+"""Which OpInfo entry exercises an ATen operator: the ``--ops`` names to probe a missing overload.
+
+``opmatrix explain`` finds nodes the matrix never probed (``aten.gelu.default``); the probe takes
+OpInfo names (``nn.functional.gelu``). An OpInfo names the ATen operator it tests (``aten_name``,
+and its aliases); internal overloads reached through a public one (``_softmax`` through
+``softmax``, ``_native_batch_norm_legit_no_training`` through ``batch_norm``) are found by
+dropping leading underscores, a ``native_`` prefix and trailing ``_word`` parts until a name
+matches::
+
+    >>> opinfo_names(["aten.gelu.default", "aten._softmax.default"])     # doctest: +SKIP
+    {'aten.gelu.default': ['nn.functional.gelu'], 'aten._softmax.default': ['softmax']}
+
+The table is built from ``op_db`` once per torch install and cached beside OpInfo's name index.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from opmatrix.schema.files import write_text_atomic
+
+__all__ = ["aten_base", "candidate_names", "opinfo_names"]
+
+
+def aten_base(overload: str) -> str:
+    """``gelu`` for ``aten.gelu.default``, ``aten::gelu`` or ``gelu.default``."""
+    text = overload.replace("::", ".")
+    parts = text.split(".")
+    if parts[0] == "aten" and len(parts) > 1:
+        parts = parts[1:]
+    return parts[0]
+
+
+def candidate_names(base: str) -> list[str]:
+    """The names to look for, most specific first (``_native_batch_norm_legit`` ... ``batch_norm``)."""
+    out: list[str] = []
+
+    def add(name: str) -> None:
+        if name and name not in out:
+            out.append(name)
+
+    add(base)
+    stripped = base.lstrip("_")
+    add(stripped)
+    if stripped.startswith("native_"):
+        stripped = stripped[len("native_"):]
+        add(stripped)
+    words = stripped.split("_")
+    for n in range(len(words) - 1, 0, -1):
+        add("_".join(words[:n]))
+    return out
+
+
+def _build() -> dict[str, list[str]]:
+    """ATen name -> the OpInfo names (without variant) that declare it, plain OpInfos before masked ones."""
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    table: dict[str, list[str]] = {}
+    for info in op_db:
+        names = {str(info.aten_name or ""), str(info.name).split(".")[-1]}
+        names |= {str(a.name).split(".")[-1] for a in getattr(info, "aliases", ()) or ()}
+        for name in names:
+            if name and str(info.name) not in table.setdefault(name, []):
+                table[name].append(str(info.name))
+    for infos in table.values():
+        infos.sort(key=lambda n: (n.startswith(("masked.", "_refs.", "special.")), n.count("."), n))
+    return table
+
+
+def _cache_path() -> Any:
+    from .source import _index_path
+
+    names = _index_path()
+    return None if names is None else names.with_name(names.name.replace("names-", "aten-", 1))
+
+
+@functools.lru_cache(maxsize=1)
+def _table() -> dict[str, list[str]]:
+    path = _cache_path()
+    if path is not None:
+        with contextlib.suppress(OSError, ValueError):
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if isinstance(data, dict) and all(isinstance(v, list) for v in data.values()):
+                return {str(k): [str(x) for x in v] for k, v in data.items()}
+    table = _build()
+    if path is not None:
+        with contextlib.suppress(OSError):
+            write_text_atomic(path, json.dumps(table, sort_keys=True))
+    return table
+
+
+def opinfo_names(overloads: Iterable[str]) -> dict[str, list[str]]:
+    """Each overload -> the OpInfo names whose probe calls it (empty when no OpInfo does)."""
+    table = _table()
+    out: dict[str, list[str]] = {}
+    for overload in overloads:
+        found: list[str] = []
+        for name in candidate_names(aten_base(overload)):
+            if name in table:
+                found = table[name][:1]  # the primary entry: one --ops name per overload
+                break
+        out[overload] = found
+    return out
