@@ -16,9 +16,15 @@ The contract promises a support level; every level up to it must be proven by th
   (:mod:`opmatrix.ci.workloads`); a level 3-7 requirement without them is ``unknown`` and blocks
   when promised; never a silent pass;
 - level 5: distributed requirements, judged case by case (:mod:`opmatrix.ci.distributed`);
-- a promised level without any requirement is ``unknown`` too (a promise needs its evidence);
+- level 6: performance records against the baseline's records (:mod:`opmatrix.ci.perf`);
+- level 7: the promised torch window, from a compat report (:mod:`opmatrix.ci.compat`);
+- a promised level without any requirement is ``unknown`` too (a promise needs its evidence), and
+  so is a requirement that selects nothing to judge (no cell, run, case, record or check);
+- without a matrix only the levels with performance or compatibility requirements are judged
+  (a ``scope`` check says which were not);
 - requirements above the promised level are evaluated but informational;
-- gate-level checks: the matrix is for the contract's backend, it holds probed cells and not more
+- gate-level checks: every piece of evidence is of the contract's subject (:mod:`.evidence`), the
+  matrix holds probed cells and not more
   than ``1 - min_cells_ratio`` fewer than the baseline, no cell regressed against the baseline
   (unless waived), no waiver has expired.
 Working cells no requirement claims are reported as improvements with the contract lines to add.
@@ -27,8 +33,9 @@ Working cells no requirement claims are reported as improvements with the contra
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 
-from opmatrix.schema import Contract, LevelRequirement, Matrix, WorkloadRequirement
+from opmatrix.schema import ArtifactError, Contract, LevelRequirement, Matrix, WorkloadRequirement
 from opmatrix.schema.gate import (
     BaselineChange,
     CellRef,
@@ -41,16 +48,20 @@ from opmatrix.schema.gate import (
     WaiverReport,
     WaiverState,
 )
+from opmatrix.schema.perf import CompatReport, PerfRecord
 
 from .baseline import compare_cells
 from .cells import CellIndex, CellKey
+from .compat import evaluate_compat
 from .distributed import distributed_baseline_check, distributed_count_check, evaluate_distributed
+from .evidence import identity_mismatch, identity_problems, named
 from .improvements import find_improvements, improvement_yaml
+from .perf import evaluate_perf
 from .requirements import claimed_keys, evaluate_check, evaluate_operators
 from .waivers import WaiverBook
 from .workloads import evaluate_workloads
 
-__all__ = ["LEVEL_NAMES", "evaluate_contract", "identity_mismatch"]
+__all__ = ["LEVEL_NAMES", "evaluate_contract", "identity_mismatch", "identity_problems"]
 
 #: The support levels of docs/levels.md#support-levels-0-7.
 LEVEL_NAMES: dict[int, str] = {
@@ -64,7 +75,7 @@ LEVEL_NAMES: dict[int, str] = {
     7: "maintained compatibility",
 }
 
-#: The highest level whose requirements opmatrix can evaluate from a matrix today.
+#: The highest level whose requirements opmatrix can evaluate from a matrix's cells and checks alone.
 EVALUABLE_LEVEL = 2
 
 #: Failing cells listed per requirement in ``GateResult.blocking`` (all of them stay in ``requirements``).
@@ -83,11 +94,29 @@ def _slug(text: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in text).strip("_") or "unnamed"
 
 
-def _level_results(
-    req: LevelRequirement, *, promised: int, contract: Contract, matrix: Matrix, index: CellIndex, book: WaiverBook
-) -> list[RequirementResult]:
-    level, blocking = req.level, req.level <= promised
+class _Evidence:
+    """The typed inputs of one evaluation, in one place (every level's evaluator reads from it)."""
+
+    def __init__(self, contract: Contract, matrix: Matrix | None, records: Mapping[str, PerfRecord] | None,
+                 baseline_records: Mapping[str, PerfRecord] | None, compat: CompatReport | None,
+                 book: WaiverBook) -> None:
+        self.contract, self.matrix, self.book = contract, matrix, book
+        self.records = dict(records) if records is not None else None
+        self.baseline_records = dict(baseline_records) if baseline_records is not None else None
+        self.compat = compat
+        self.index = CellIndex(matrix) if matrix is not None else None
+
+
+def _matrix_parts(req: LevelRequirement, level: int, blocking: bool, ev: _Evidence) -> list[RequirementResult]:
+    """The requirement's parts judged from the matrix: runtime checks, operators, distributed, workloads."""
+    matrix, index, contract, book = ev.matrix, ev.index, ev.contract, ev.book
     out: list[RequirementResult] = []
+    if matrix is None or index is None:
+        if req.checks or req.operators or req.distributed is not None or req.workloads:
+            out.append(_unknown(f"L{level}.matrix", level, "level", f"level {level}: {LEVEL_NAMES[level]}", blocking,
+                                "its checks, operators, workloads or distributed cases need a matrix (--matrix): "
+                                "unproven"))
+        return out
     for name in req.checks:
         out.append(
             evaluate_check(
@@ -106,22 +135,44 @@ def _level_results(
         wreq = WorkloadRequirement(names=[workload]) if isinstance(workload, str) else workload
         wid = f"L{level}.workload" + ("" if isinstance(workload, str) else f".{_slug(wreq.name) if wreq.name else i}")
         out += evaluate_workloads(wreq, rid=wid, level=level, blocking=blocking, matrix=matrix)
-    if level > EVALUABLE_LEVEL and not req.workloads and req.distributed is None:
+    return out
+
+
+def _level_results(req: LevelRequirement, ev: _Evidence) -> list[RequirementResult]:
+    level, blocking = req.level, req.level <= ev.contract.level
+    out = _matrix_parts(req, level, blocking, ev)
+    if req.perf is not None:
+        out.append(evaluate_perf(req.perf, rid=f"L{level}.perf", level=level, blocking=blocking, records=ev.records,
+                                 baseline=ev.baseline_records, backend=ev.contract.backend))
+    if req.compat is not None:
+        out.append(evaluate_compat(req.compat, rid=f"L{level}.compat", level=level, blocking=blocking, report=ev.compat))
+    evidence_kinds = (req.workloads, req.distributed, req.perf, req.compat)
+    if level > EVALUABLE_LEVEL and not any(k for k in evidence_kinds if k is not None):
         out.append(
             _unknown(
                 f"L{level}.level", level, "level", f"level {level}: {LEVEL_NAMES[level]}", blocking,
-                f"level {level} ({LEVEL_NAMES[level]}) is not evaluable by opmatrix yet: no evidence, so this "
-                "promise is unproven",
+                f"level {level} ({LEVEL_NAMES[level]}) states no requirement opmatrix can judge at that level "
+                "(workloads, distributed, perf or compat): no evidence, so this promise is unproven",
             )
         )
     if not out:
         out.append(
             _unknown(
                 f"L{level}.level", level, "level", f"level {level}: {LEVEL_NAMES[level]}", blocking,
-                "the requirement lists no checks, operators or workloads",
+                "the requirement lists no checks, operators, workloads, distributed cases, perf or compat",
             )
         )
-    return out
+    return [_never_vacuous(r) for r in out]
+
+
+def _never_vacuous(result: RequirementResult) -> RequirementResult:
+    """A requirement that judged nothing proves nothing: ``unknown`` (which blocks when promised), never a pass."""
+    if result.status is not Status.passed or result.checked > 0 or result.cells:
+        return result
+    return result.model_copy(update={
+        "status": Status.unknown,
+        "message": f"selected nothing to judge (looked for: {result.title}); {result.message}",
+    })
 
 
 def _unique_ids(results: list[RequirementResult]) -> list[RequirementResult]:
@@ -134,27 +185,15 @@ def _unique_ids(results: list[RequirementResult]) -> list[RequirementResult]:
     return out
 
 
-def _named(backend: str, generation: str | None) -> str:
-    return backend + (f" {generation}" if generation else "")
-
-
-def identity_mismatch(matrix: Matrix, contract: Contract) -> str | None:
-    """``"the contract is for X, the matrix is Y"`` when they name another backend or generation."""
-    have = _named(matrix.backend.name, matrix.backend.generation)
-    want = _named(contract.backend, contract.generation)
-    if matrix.backend.name != contract.backend or (
-        contract.generation is not None and matrix.backend.generation not in (None, contract.generation)
-    ):
-        return f"the contract is for {want}, the matrix is {have}"
-    return None
-
-
-def _identity_check(matrix: Matrix, contract: Contract) -> GateCheck:
-    wrong = identity_mismatch(matrix, contract)
-    if wrong is not None:
-        return GateCheck(name="identity", status=Status.failed, message=wrong)
-    return GateCheck(name="identity", status=Status.passed,
-                     message=f"matrix and contract are for {_named(matrix.backend.name, matrix.backend.generation)}")
+def _identity_checks(contract: Contract, matrix: Matrix | None, baseline: Matrix | None, ev: _Evidence) -> list[GateCheck]:
+    """One failing ``identity`` check per piece of evidence of another subject, else one passing check."""
+    problems = identity_problems(contract, matrix=matrix, baseline=baseline, records=ev.records,
+                                 baseline_records=ev.baseline_records, compat=ev.compat)
+    if problems:
+        return [GateCheck(name="identity", status=Status.failed, message=f"{which}: {p}" if which != "matrix" else p)
+                for which, p in problems]
+    return [GateCheck(name="identity", status=Status.passed,
+                      message=f"the evidence and the contract are for {named(contract.backend, contract.generation)}")]
 
 
 def _cell_count_check(count: int, baseline_count: int | None, ratio: float) -> GateCheck:
@@ -198,19 +237,23 @@ def _blocking_lines(requirements: list[RequirementResult], checks: list[GateChec
     return lines
 
 
-def _requirement_results(matrix: Matrix, contract: Contract, index: CellIndex, book: WaiverBook
-                         ) -> list[RequirementResult]:
-    """One result per requirement of each level 0-7; a promised level without requirements is unknown."""
+def _judged(contract: Contract, has_matrix: bool) -> list[int]:
+    """The levels this evaluation judges: ``judged_levels`` (default all), without a matrix only levels 6-7's."""
+    levels = [lvl for lvl in range(0, 8) if contract.judged_levels is None or lvl in contract.judged_levels]
+    if has_matrix:
+        return levels
+    by_level = {req.level: req for req in contract.requirements}
+    return [lvl for lvl in levels if lvl in by_level and (by_level[lvl].perf or by_level[lvl].compat)]
+
+
+def _requirement_results(contract: Contract, ev: _Evidence) -> list[RequirementResult]:
+    """One result per requirement of each judged level; a promised level without requirements is unknown."""
     by_level = {req.level: req for req in contract.requirements}
     requirements: list[RequirementResult] = []
-    for level in range(0, 8):
-        if contract.judged_levels is not None and level not in contract.judged_levels:
-            continue  # judged by another contract of the release
+    for level in _judged(contract, ev.matrix is not None):
         req = by_level.get(level)
         if req is not None:
-            requirements += _level_results(
-                req, promised=contract.level, contract=contract, matrix=matrix, index=index, book=book
-            )
+            requirements += _level_results(req, ev)
         elif level <= contract.level:
             requirements.append(
                 _unknown(
@@ -220,6 +263,15 @@ def _requirement_results(matrix: Matrix, contract: Contract, index: CellIndex, b
                 )
             )
     return _unique_ids(requirements)
+
+
+def _scope_check(contract: Contract) -> GateCheck:
+    judged = _judged(contract, False)
+    if not judged:
+        raise ArtifactError(["opmatrix gate: the contract states no perf or compat requirement; give --matrix"])
+    return GateCheck(name="scope", status=Status.passed,
+                     message=f"no matrix: only level(s) {', '.join(map(str, judged))} (performance / compatibility) "
+                     "were judged")
 
 
 def _baseline_check(baseline: Matrix, index: CellIndex, contract: Contract, book: WaiverBook
@@ -263,45 +315,60 @@ def _flaky_cells(index: CellIndex) -> list[CellRef]:
 
 
 def evaluate_contract(
-    matrix: Matrix, contract: Contract, *, baseline: Matrix | None = None, today: dt.date | None = None
+    matrix: Matrix | None, contract: Contract, *, baseline: Matrix | None = None,
+    records: Mapping[str, PerfRecord] | None = None, baseline_records: Mapping[str, PerfRecord] | None = None,
+    compat: CompatReport | None = None, today: dt.date | None = None,
 ) -> GateResult:
-    """Judge ``matrix`` against ``contract`` (and ``baseline``, the previous release's matrix)."""
-    today = today or dt.date.today()
-    index = CellIndex(matrix)
-    book = WaiverBook(contract.waivers, today)
-    requirements = _requirement_results(matrix, contract, index, book)
+    """Judge the evidence against ``contract``: levels 0-7 in one pass.
 
-    count = matrix.cell_count()
-    checks = [_identity_check(matrix, contract), distributed_count_check(matrix, contract) or _cell_count_check(
-        count, baseline.cell_count() if baseline else None, contract.min_cells_ratio)]
+    ``matrix`` (levels 0-5, and its ``baseline``, the previous release's matrix), ``records`` and
+    ``baseline_records`` (level 6, by record id, as :func:`opmatrix.ci.perf.load_records` reads them)
+    and ``compat`` (level 7). Without a matrix only the levels with perf / compat requirements are
+    judged; with neither, :class:`~opmatrix.schema.ArtifactError`.
+    """
+    today = today or dt.date.today()
+    book = WaiverBook(contract.waivers, today)
+    ev = _Evidence(contract, matrix, records, baseline_records, compat, book)
+    requirements = _requirement_results(contract, ev)
+
+    checks = _identity_checks(contract, matrix, baseline, ev)
     regressions: list[BaselineChange] = []
     better: list[BaselineChange] = []
     missing: list[CellRef] = []
-    if baseline is not None:
-        check, regressions, better, missing = _baseline_check(baseline, index, contract, book)
-        checks.append(check)
-        dist_check = distributed_baseline_check(matrix, baseline)
-        if dist_check is not None:
-            checks.append(dist_check)
+    count = matrix.cell_count() if matrix is not None else 0
+    if matrix is None or ev.index is None:
+        checks.append(_scope_check(contract))
+    else:
+        checks.append(distributed_count_check(matrix, contract) or _cell_count_check(
+            count, baseline.cell_count() if baseline else None, contract.min_cells_ratio))
+        if baseline is not None:
+            check, regressions, better, missing = _baseline_check(baseline, ev.index, contract, book)
+            checks.append(check)
+            dist_check = distributed_baseline_check(matrix, baseline)
+            if dist_check is not None:
+                checks.append(dist_check)
     waivers = book.reports()
     checks.append(_waiver_check(waivers))
 
-    claimed: set[CellKey] = set()
-    for level_req in contract.requirements:
-        for op_req in level_req.operators:
-            claimed |= claimed_keys(op_req, index)
-    improvements = find_improvements(index, contract, claimed)
+    improvements = []
+    if ev.index is not None:
+        claimed: set[CellKey] = set()
+        for level_req in contract.requirements:
+            for op_req in level_req.operators:
+                claimed |= claimed_keys(op_req, ev.index)
+        improvements = find_improvements(ev.index, contract, claimed)
 
     blocking = _blocking_lines(requirements, checks, [c.cell for c in regressions])
     return GateResult(
         verdict=Verdict.blocked if blocking else Verdict.passed,
-        backend=matrix.backend.name,
-        generation=matrix.backend.generation,
+        backend=matrix.backend.name if matrix is not None else contract.backend,
+        generation=matrix.backend.generation if matrix is not None else contract.generation,
         release=contract.release,
         promised_level=contract.level,
         today=today.isoformat(),
         cell_count=count,
         baseline_cell_count=baseline.cell_count() if baseline else None,
+        matrix_digest=matrix.digest() if matrix is not None else None,
         blocking=blocking,
         requirements=requirements,
         checks=checks,
@@ -311,5 +378,5 @@ def evaluate_contract(
         improvements=improvements,
         improvement_yaml=improvement_yaml(improvements),
         waivers=waivers,
-        flaky=_flaky_cells(index),
+        flaky=_flaky_cells(ev.index) if ev.index is not None else [],
     )

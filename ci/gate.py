@@ -2,24 +2,30 @@
 
     opmatrix gate --matrix out/refaccel-g2/matrix.yaml --contract ci/contracts/refaccel-g2.yaml \\
         [--baseline previous/matrix.yaml] [--junit junit.xml] [--summary summary.md] [--json [F]] \\
-        [--today 2026-12-01]
+        [--today 2026-12-01] [--records DIR --baseline-records DIR] [--compat FILE] [--allow-unsealed]
 
 Exit 0: the release may ship; 1: blocked; 2: invalid input. Invalid artifacts raise
 :class:`~opmatrix.schema.ArtifactError` (file:line: path: message), which the CLI prints before
-exiting 2. Output files are written atomically.
+exiting 2: so do evidence of another subject (:mod:`.evidence`), an unsealed matrix (unless
+``--allow-unsealed``, which the verdict then says) and an output that names an input. Output files
+are written atomically; ``-``, ``/dev/stdout`` or a FIFO are streamed.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import sys
+from pathlib import Path
 
-from opmatrix.schema import ArtifactError, Contract, load_contract, load_matrix, write_text_atomic
-from opmatrix.schema.gate import GateResult
+from opmatrix.schema import ArtifactError, Matrix, load_contract, load_matrix
+from opmatrix.schema.files import refuse_inputs_as_outputs, write_output
+from opmatrix.schema.gate import GateCheck, Status
 from opmatrix.schema.text import terminal_text
 
-from .evaluate import evaluate_contract, identity_mismatch
+from .evaluate import evaluate_contract
+from .evidence import identity_problems
 from .junit import render_junit
 from .summary import render_markdown, render_verdict
 
@@ -36,52 +42,77 @@ def parse_today(text: str | None) -> dt.date | None:
         raise ArtifactError([f"--today: {text!r} is not a date; expected YYYY-MM-DD"]) from None
 
 
-def _levels_6_7(args: argparse.Namespace, contract: Contract, result: GateResult | None,
-                today: dt.date | None) -> GateResult:
-    """Judge the perf (level 6) and compat (level 7) requirements when the contract has them."""
-    from .compat import load_compat
-    from .levels67 import apply_levels_6_7, has_levels_6_7
-    from .perf import load_records
+def _record_files(directory: str | None) -> list[tuple[str, str]]:
+    if not directory or not os.path.isdir(directory):
+        return []
+    return [("records", str(p)) for p in sorted(Path(directory).glob("*.yaml"))]
 
-    if not has_levels_6_7(contract):
-        if result is None:
-            raise ArtifactError([f"{args.contract}: states no perf or compat requirement; give --matrix"])
-        return result
-    records = load_records(args.records) if getattr(args, "records", None) else None
-    baseline = load_records(args.baseline_records) if getattr(args, "baseline_records", None) else None
-    compat = load_compat(args.compat) if getattr(args, "compat", None) else None
-    return apply_levels_6_7(result, contract, records=records, baseline=baseline, compat=compat, today=today)
+
+def _refuse_clobbering(args: argparse.Namespace) -> None:
+    """Every output names a file of its own: never an input of this run, never another output."""
+    inputs = [("--matrix", args.matrix), ("--contract", args.contract), ("--baseline", args.baseline),
+              ("--compat", getattr(args, "compat", None)),
+              *_record_files(getattr(args, "records", None)), *_record_files(getattr(args, "baseline_records", None))]
+    outputs = [("--junit", args.junit), ("--summary", args.summary), ("--json", args.json)]
+    refuse_inputs_as_outputs(outputs, inputs)
+
+
+def _sealed(path: str, matrix: Matrix, allow_unsealed: bool) -> GateCheck:
+    """The seal check of one matrix file: sealed passes; unsealed is refused unless --allow-unsealed."""
+    if matrix.integrity is not None:
+        seal = matrix.integrity
+        return GateCheck(name="seal", status=Status.passed,
+                         message=f"{path}: integrity verified ({seal.cells} cells, {seal.operators} operators)")
+    if not allow_unsealed:
+        raise ArtifactError([f"opmatrix gate: {path}: unsealed matrix (no integrity block): nothing shows it was not "
+                             "edited or cut short; regenerate it with opmatrix probe/merge, or pass --allow-unsealed "
+                             "to judge it anyway"])
+    return GateCheck(name="seal", status=Status.waived,
+                     message=f"{path}: UNSEALED (no integrity block), judged only because --allow-unsealed was given: "
+                     "its content is not proven unedited")
 
 
 def gate(args: argparse.Namespace) -> int:
     """Run the gate for parsed CLI arguments; 0 pass, 1 blocked (2 comes from ArtifactError)."""
+    from .compat import load_compat
+    from .perf import load_records
+
     today = parse_today(args.today)
+    _refuse_clobbering(args)
     contract = load_contract(args.contract)
-    result = None
-    if args.matrix:
-        matrix = load_matrix(args.matrix)
-        baseline = load_matrix(args.baseline) if args.baseline else None
-        for path, judged in ((args.matrix, matrix), (args.baseline, baseline)):
-            wrong = identity_mismatch(judged, contract) if judged is not None else None
-            if wrong is not None:  # the wrong pair of files: nothing to judge
-                raise ArtifactError([f"opmatrix gate: {path}: {wrong} ({args.contract}); gate a matrix of the "
-                                     "contract's backend, or use that backend's contract"])
-        result = evaluate_contract(matrix, contract, baseline=baseline, today=today)
-        # the verdict names the very matrix it judged: `report --gate` refuses it beside another matrix
-        result = result.model_copy(update={"matrix_digest": matrix.digest()})
-    elif not (getattr(args, "records", None) or getattr(args, "compat", None)):
-        raise ArtifactError(["opmatrix gate: give --matrix (levels 0-2), or --records / --compat (levels 6-7)"])
-    result = _levels_6_7(args, contract, result, today)
+    allow_unsealed = bool(getattr(args, "allow_unsealed", False))
+    matrix = load_matrix(args.matrix) if args.matrix else None
+    baseline = load_matrix(args.baseline) if args.baseline else None
+    if baseline is not None and matrix is None:
+        raise ArtifactError(["opmatrix gate: --baseline is the previous release's matrix: give --matrix too"])
+    seals = [_sealed(path, m, allow_unsealed) for path, m in ((args.matrix, matrix), (args.baseline, baseline))
+             if m is not None]
+    records = load_records(args.records) if getattr(args, "records", None) else None
+    baseline_records = load_records(args.baseline_records) if getattr(args, "baseline_records", None) else None
+    compat = load_compat(args.compat) if getattr(args, "compat", None) else None
+    if matrix is None and records is None and compat is None:
+        raise ArtifactError(["opmatrix gate: give --matrix (levels 0-5), or --records / --compat (levels 6-7)"])
+    wrong = identity_problems(contract, matrix=matrix, baseline=baseline, records=records,
+                              baseline_records=baseline_records, compat=compat)
+    if wrong:  # the wrong pair of files: nothing to judge
+        paths = {"matrix": args.matrix, "baseline": args.baseline, "records": getattr(args, "records", None),
+                 "baseline_records": getattr(args, "baseline_records", None), "compat": getattr(args, "compat", None)}
+        raise ArtifactError([f"opmatrix gate: {paths[which]}: {line} ({args.contract}); gate evidence of the "
+                             "contract's subject, or use that subject's contract" for which, line in wrong])
+    result = evaluate_contract(matrix, contract, baseline=baseline, records=records,
+                               baseline_records=baseline_records, compat=compat, today=today)
+    if seals:
+        result = result.model_copy(update={"checks": [*seals, *result.checks]})
 
     json_text = result.model_dump_json(indent=2) + "\n"
     if args.junit:
-        write_text_atomic(args.junit, render_junit(result))
+        write_output(args.junit, render_junit(result))
     if args.summary:
-        write_text_atomic(args.summary, render_markdown(result))
+        write_output(args.summary, render_markdown(result))
     if args.json == "-":
         sys.stdout.write(json_text)
     else:
         if args.json:
-            write_text_atomic(args.json, json_text)
+            write_output(args.json, json_text)
         sys.stdout.write(terminal_text(render_verdict(result)))
     return 0 if result.passed else 1

@@ -125,6 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--records", metavar="DIR", help="level 6: performance records of this release (opmatrix bench)")
     p.add_argument("--baseline-records", metavar="DIR", help="level 6: the previous release's performance records")
     p.add_argument("--compat", metavar="FILE", help="level 7: compat report (opmatrix compat)")
+    p.add_argument("--allow-unsealed", action="store_true",
+                   help="judge a matrix without an integrity block (refused otherwise); the verdict says so")
 
     p = sub.add_parser("diff", help="cells better / worse / new / removed between two matrices")
     p.add_argument("a", metavar="A")

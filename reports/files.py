@@ -107,7 +107,11 @@ class SiteFiles:
             pass
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)  # readers never see half a page
+        try:
+            tmp.write_bytes(data)
+            os.replace(tmp, path)  # readers never see half a page
+        except BaseException:  # a full disk, an interrupt: no temporary file is left behind
+            tmp.unlink(missing_ok=True)
+            raise
         if result is not None:
             result.written.append(path)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import enum
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from .base import Message, Model
 from .enums import DType, ExecPath
@@ -112,6 +112,8 @@ class Distributed(Model):
 
 class DistributedRequirement(Model):
     """What a level-5 contract promises about distributed execution."""
+
+    model_config = ConfigDict(allow_inf_nan=False)  # a contract number that overflowed is an error
 
     collectives: list[str] = Field(default_factory=list, description="e.g. all_reduce.sum, broadcast, barrier")
     dtypes: list[DType] = Field(default_factory=list)

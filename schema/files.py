@@ -10,16 +10,77 @@ holds all of them, one folder per kind::
 The root is ``$OPMATRIX_CACHE_DIR``, else ``$XDG_CACHE_HOME/opmatrix``, else
 ``~/.cache/opmatrix``; ``OPMATRIX_NO_CACHE=1`` turns every cache off (``cache_dir`` is None).
 Artifacts and cache entries are written atomically: a reader sees the old file or the new one,
-never half of one, and an unchanged file is not rewritten.
+never half of one, and an unchanged file is not rewritten. A path that is not a regular file (a
+terminal, ``/dev/stdout``, a FIFO) is written in place, as a stream, never renamed over; ``-`` is
+standard output. No temporary file outlives a failed write (a full disk, an interrupt). An output
+that is one of the command's own inputs (the same file, by inode) is refused before any work
+(:func:`refuse_inputs_as_outputs`).
 """
 
 from __future__ import annotations
 
 import os
+import stat
+import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["cache_dir", "write_bytes_atomic", "write_text_atomic"]
+from .yamlload import ArtifactError
+
+__all__ = ["cache_dir", "is_stream", "refuse_inputs_as_outputs", "write_bytes_atomic", "write_output", "write_text_atomic"]
+
+#: the output path that means standard output
+STDOUT = "-"
+
+
+def is_stream(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is ``-`` or an existing file that is not a regular file or a folder (a device, a FIFO)."""
+    if os.fspath(path) == STDOUT:
+        return True
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def _identity(path: str | os.PathLike[str]) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
+
+
+def refuse_inputs_as_outputs(outputs: Iterable[tuple[str, str | os.PathLike[str] | None]],
+                             inputs: Iterable[tuple[str, str | os.PathLike[str] | None]]) -> None:
+    """:class:`ArtifactError` when an output is one of the inputs (same file, by inode) or another output.
+
+    ``outputs`` and ``inputs`` are (option, path) pairs, e.g. ``("--junit", "c.yaml")``; a None
+    path is an option not given. Checked before any work, so nothing is judged, written or lost.
+    """
+    seen: dict[tuple[int, int], str] = {}
+    for option, source in inputs:
+        ident = _identity(source) if source is not None else None
+        if source is not None and ident is not None:
+            seen.setdefault(ident, f"{option} {os.fspath(source)!r}")
+    problems = []
+    written: dict[str, str] = {}
+    for option, path in outputs:
+        if path is None or is_stream(path):
+            continue
+        ident = _identity(path)
+        if ident is not None and ident in seen:
+            problems.append(f"{option} {os.fspath(path)!r} is the same file as {seen[ident]}: writing it would destroy "
+                            "an input; name another output file")
+        real = os.path.realpath(path)
+        if real in written:
+            problems.append(f"{option} {os.fspath(path)!r} is also {written[real]}: give each output its own file")
+        written[real] = f"{option} {os.fspath(path)!r}"
+    if problems:
+        raise ArtifactError(problems)
+
 
 
 def cache_dir(kind: str) -> Path | None:
@@ -42,6 +103,10 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, *, sync: bool 
     reader takes for a miss.
     """
     target = Path(path)
+    if is_stream(target):  # a terminal, /dev/stdout, a FIFO: write in place; renaming would replace the node
+        with open(target, "wb") as stream:
+            stream.write(data)
+        return True
     try:
         if target.read_bytes() == data:
             return False
@@ -68,3 +133,12 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, *, sync: bool 
 def write_text_atomic(path: str | os.PathLike[str], text: str, *, sync: bool = True) -> bool:
     """Write UTF-8 ``text`` to ``path`` atomically, only when it differs; True when written."""
     return write_bytes_atomic(path, text.encode("utf-8"), sync=sync)
+
+
+def write_output(path: str | os.PathLike[str], text: str) -> None:
+    """An output a user named: ``-`` is standard output, a device or FIFO is streamed, a file replaced atomically."""
+    if os.fspath(path) == STDOUT:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    write_text_atomic(path, text)

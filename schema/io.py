@@ -18,6 +18,7 @@ import difflib
 import enum
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -159,9 +160,31 @@ def _validation_messages(exc: ValidationError, model: type[BaseModel], where: st
     index = LineIndex(text) if text is not None else None  # built once: all errors in one parse's time
     for err in exc.errors():
         loc = tuple(err["loc"])
+        message = _describe_error(dict(err), model)
+        located = _located(message) if not loc else []
+        if located:  # a whole-document check that names its own paths: one message per path, with its line
+            for path, text in located:
+                line = index.line_of(path) if index is not None else None
+                out.append(f"{where}:{line}: {text}" if line else f"{where}: {text}")
+            continue
         line = index.line_of(loc) if index is not None else None
         prefix = f"{where}:{line}" if line else where
-        out.append(f"{prefix}: {_format_loc(loc)}: {_describe_error(dict(err), model)}")
+        out.append(f"{prefix}: {_format_loc(loc)}: {message}")
+    return out
+
+
+_PATH_PART = re.compile(r"\.?([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]")
+
+
+def _located(message: str) -> list[tuple[tuple[Any, ...], str]]:
+    """``"a.b[0].c: msg"`` lines of a document-level error, as (path, line text); [] when not of that form."""
+    out: list[tuple[tuple[Any, ...], str]] = []
+    for text in message.split("\n"):
+        head, sep, _ = text.partition(": ")
+        parts = list(_PATH_PART.finditer(head)) if sep else []
+        if not parts or "".join(p.group(0) for p in parts) != head:
+            return []
+        out.append((tuple(int(p.group(2)) if p.group(2) else p.group(1) for p in parts), text))
     return out
 
 

@@ -26,7 +26,7 @@ import enum
 import re
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from .base import Message, Model
 from .enums import FallbackPolicy, FallbackState
@@ -183,6 +183,11 @@ class Timing(Model):
             raise ValueError(
                 f"{len(self.samples_s)} samples for {self.runs} runs x {self.repetitions} repetitions; they must match"
             )
+        if min(self.samples_s) <= 0 or self.median_s <= 0:
+            raise ValueError(
+                "a timed window of 0 s cannot be real (at least one iteration ran in it): the record is broken or "
+                "hand-made; measure it again with opmatrix bench"
+            )
         cal = self.calibration
         if cal is not None and (len(cal.samples_s) != len(self.samples_s) or min(cal.samples_s) <= 0):
             raise ValueError(
@@ -240,6 +245,8 @@ class PerfRecord(Model):
 class PerfRequirement(Model):
     """Level 6: which records must exist and how much slower than the baseline they may be."""
 
+    model_config = ConfigDict(allow_inf_nan=False)  # a contract number that overflowed is an error
+
     records: list[str] = Field(default_factory=lambda: ["*"], description="fnmatch patterns over record ids")
     max_slowdown: float = Field(default=0.10, ge=0, allow_inf_nan=False, description="0.10: a regression is >10% slower")
     confidence: float = Field(default=0.95, gt=0, lt=1)
@@ -249,6 +256,8 @@ class PerfRequirement(Model):
 
 class CompatRequirement(Model):
     """Level 7: the promised torch / Python window and what must hold in every version of it."""
+
+    model_config = ConfigDict(allow_inf_nan=False)  # a contract number that overflowed is an error
 
     torch: list[str] = Field(min_length=1, description="promised torch versions, e.g. [2.9.0, 2.13.0]")
     python: list[str] = Field(default_factory=list, description="promised Python versions (major.minor)")

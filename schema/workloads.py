@@ -22,7 +22,7 @@ from __future__ import annotations
 import enum
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, ConfigDict, Field
 
 from .base import Message, Model
 from .enums import CheckResult, DType, FallbackState, Mode, Outcome
@@ -139,6 +139,8 @@ class WorkloadRecord(Model):
 
 class WorkloadRequirement(Model):
     """Levels 3/4: which workloads must run, how well, and within which bounds."""
+
+    model_config = ConfigDict(allow_inf_nan=False)  # a contract number that overflowed is an error
 
     names: list[str] = Field(min_length=1, description="workload names, or ['all'] for every one in the matrix")
     dtypes: list[DType] = Field(default_factory=lambda: [DType("float32")])

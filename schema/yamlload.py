@@ -90,6 +90,17 @@ def _make_loader(pure: bool) -> type:
         return out
 
     StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
+
+    def construct_timestamp(loader: Any, node: yaml.ScalarNode) -> Any:
+        try:
+            return base.construct_yaml_timestamp(loader, node)  # type: ignore[attr-defined]
+        except ValueError as exc:  # 2099-02-30 matches the date pattern, then datetime refuses it
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{node.value!r} is not a real date ({exc}); write YYYY-MM-DD with a day the month has",
+                node.start_mark,
+            ) from None
+
+    StrictLoader.add_constructor("tag:yaml.org,2002:timestamp", construct_timestamp)
     return StrictLoader
 
 
