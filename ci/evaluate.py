@@ -314,6 +314,25 @@ def _flaky_cells(index: CellIndex) -> list[CellRef]:
     ]
 
 
+def _matrix_checks(checks: list[GateCheck], contract: Contract, baseline: Matrix | None, ev: _Evidence
+                   ) -> tuple[list[BaselineChange], list[BaselineChange], list[CellRef]]:
+    """Append the matrix's checks (cell count, baseline) to ``checks``; the regressions, better and missing cells."""
+    matrix = ev.matrix
+    if matrix is None or ev.index is None:
+        checks.append(_scope_check(contract))
+        return [], [], []
+    checks.append(distributed_count_check(matrix, contract) or _cell_count_check(
+        matrix.cell_count(), baseline.cell_count() if baseline else None, contract.min_cells_ratio))
+    if baseline is None:
+        return [], [], []
+    check, regressions, better, missing = _baseline_check(baseline, ev.index, contract, ev.book)
+    checks.append(check)
+    dist_check = distributed_baseline_check(matrix, baseline)
+    if dist_check is not None:
+        checks.append(dist_check)
+    return regressions, better, missing
+
+
 def evaluate_contract(
     matrix: Matrix | None, contract: Contract, *, baseline: Matrix | None = None,
     records: Mapping[str, PerfRecord] | None = None, baseline_records: Mapping[str, PerfRecord] | None = None,
@@ -332,24 +351,10 @@ def evaluate_contract(
     requirements = _requirement_results(contract, ev)
 
     checks = _identity_checks(contract, matrix, baseline, ev)
-    regressions: list[BaselineChange] = []
-    better: list[BaselineChange] = []
-    missing: list[CellRef] = []
     count = matrix.cell_count() if matrix is not None else 0
-    if matrix is None or ev.index is None:
-        checks.append(_scope_check(contract))
-    else:
-        checks.append(distributed_count_check(matrix, contract) or _cell_count_check(
-            count, baseline.cell_count() if baseline else None, contract.min_cells_ratio))
-        if baseline is not None:
-            check, regressions, better, missing = _baseline_check(baseline, ev.index, contract, book)
-            checks.append(check)
-            dist_check = distributed_baseline_check(matrix, baseline)
-            if dist_check is not None:
-                checks.append(dist_check)
+    regressions, better, missing = _matrix_checks(checks, contract, baseline, ev)
     waivers = book.reports()
     checks.append(_waiver_check(waivers))
-
     improvements = []
     if ev.index is not None:
         claimed: set[CellKey] = set()
