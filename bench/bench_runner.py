@@ -76,6 +76,7 @@ def naive(ops: list[str], dtypes: list[str], threads: int) -> dict[str, float]:
 
 def runner(ops: list[str], dtypes: list[str], workers: int, threads: int, out: str) -> dict[str, float]:
     """Probe the same plan through the runner."""
+    from opmatrix.probes.handlers import TASK_HANDLERS
     from opmatrix.probes.ops import task_id  # not the engine: the parent stays free of torch
     from opmatrix.probes.runner import Task, run
 
@@ -91,6 +92,7 @@ def runner(ops: list[str], dtypes: list[str], workers: int, threads: int, out: s
         threads=threads,
         progress=False,
         options={"op_source_hash": "bench:" + ",".join(ops)},
+        handlers=TASK_HANDLERS,
     )
     assert s.recorded == s.planned and not s.aborted, s
     return {

@@ -161,13 +161,14 @@ def _probe(args: argparse.Namespace) -> int:
         claim.abandon()
         raise
     with claim:
+        from opmatrix.probes.handlers import TASK_HANDLERS
         from opmatrix.probes.runner import run
 
         summary = run(
             plan.tasks, backend=args.backend, generation=args.generation, out_dir=plan.out, workers=args.workers,
             threads=args.threads, timeout=args.timeout, resume=args.resume, devices=plan.devices, shard=plan.shard,
             max_restarts=args.max_restarts, options={"op_source_hash": plan.source.hash if plan.source else ""},
-            progress=not args.quiet, command=plan.command, header={"run": plan.identity},
+            progress=not args.quiet, command=plan.command, header={"run": plan.identity}, handlers=TASK_HANDLERS,
         )
         if summary.interrupted:  # the runner has said how many are recorded and how to resume
             return 130

@@ -7,8 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from opmatrix.probes.runner import Skip, Task, WorkerPoisoned, fault_record, run
+from opmatrix.probes.handlers import TASK_HANDLERS
+from opmatrix.probes.runner import Skip, Task, WorkerPoisoned, run
 from opmatrix.probes.runner.pool import last_words
+from opmatrix.probes.runner.task import resolve_handler
+from opmatrix.schema import RuntimeRecord, TaskRecord
+from opmatrix.schema.workloads import WorkloadRecord
 from tests.runner_handlers import HANDLERS, make_tasks
 
 
@@ -192,20 +196,29 @@ def test_backend_that_cannot_set_up_aborts_with_its_error(tmp_path: Path) -> Non
     assert "could not set up backend 'no_such_backend'" in summary.message and "UnknownBackend" in summary.message
 
 
-def test_unknown_task_kind_is_an_error_on_the_task(tmp_path: Path) -> None:
-    """A task kind without a handler is recorded as an error, not a hang or a crash loop."""
-    summary = run([Task("x|float32", "nope")], backend="cpu", out_dir=tmp_path, workers=1, progress=False)
-    record = _records(tmp_path)["x|float32"]
-    assert record["outcome"] == "error" and "no handler for task kind 'nope'" in record["error"]["message"]
-    assert summary.recorded == 1
+def test_unknown_task_kind_is_refused_before_the_run(tmp_path: Path) -> None:
+    """A task kind without a handler is refused by name before any worker starts or anything is written."""
+    with pytest.raises(ValueError, match="no handler for task kind 'nope' \\(known: test\\)"):
+        run([Task("x|float32", "nope")], backend="cpu", out_dir=tmp_path / "out", workers=1, handlers=HANDLERS,
+            progress=False)
+    assert not (tmp_path / "out").exists()
 
 
 def test_fault_record_for_each_kind() -> None:
-    """The runner's own records for tasks that fault with everything skipped."""
-    op = fault_record(Task("softmax|bfloat16", "op"), Skip("hung", "no progress", None))
+    """Each suite's handler builds the record of its task that faulted with everything skipped."""
+    handlers = {kind: resolve_handler(target) for kind, target in TASK_HANDLERS.items()}
+    op = handlers["op"].fault_record(Task("softmax|bfloat16", "op"), Skip("hung", "no progress", None))
+    assert isinstance(op, TaskRecord)
     assert (op.source, str(op.dtype), str(op.outcome)) == ("softmax", "bfloat16", "hung")
-    rt = fault_record(Task("rt:streams", "runtime", {"check": "streams", "level": 1}), Skip("crashed", "x", "SIGSEGV"))
+    task = Task("rt:streams", "runtime", {"check": "streams", "level": 1})
+    rt = handlers["runtime"].fault_record(task, Skip("crashed", "x", "SIGSEGV"))
+    assert isinstance(rt, RuntimeRecord)
     assert (rt.check.name, rt.check.level, str(rt.check.result)) == ("streams", 1, "unknown")
+    task = Task("workload:mlp|float32|eager", "workload", {"workload": "mlp", "dtype": "float32", "mode": "eager"})
+    wl = handlers["workload"].fault_record(task, Skip("oom", "out of memory"))
+    assert isinstance(wl, WorkloadRecord) and str(wl.result.outcome) == "oom"
+    with pytest.raises(ValueError, match="expected source\\|dtype"):
+        handlers["op"].fault_record(Task("softmax", "op"), Skip("hung", ""))
     with pytest.raises(ValueError, match="expected one of"):
         Skip("slow", "")
 

@@ -1,8 +1,9 @@
 """opmatrix.probes.runner: spawned workers, deadlines, a journal that loses nothing, resume, shards.
 
+    from opmatrix.probes.handlers import TASK_HANDLERS
     from opmatrix.probes.runner import Task, run
     tasks = [Task(id="softmax|float32", kind="op", payload={"source": "softmax", "dtype": "float32"})]
-    summary = run(tasks, backend="cpu", out_dir="out/cpu", workers=2, timeout=60)
+    summary = run(tasks, backend="cpu", out_dir="out/cpu", workers=2, timeout=60, handlers=TASK_HANDLERS)
     raise SystemExit(summary.exit_code)
 
 See :mod:`.task` for the handler contract and :mod:`.runner` for the fault rules.
@@ -11,18 +12,17 @@ See :mod:`.task` for the handler contract and :mod:`.runner` for the fault rules
 from .entry import run
 from .runner import MAX_TASK_FAULTS, RunSummary, default_max_restarts
 from .shard import parse_shard, select_shard
-from .task import HANDLERS, Skip, Task, WorkerContext, WorkerPoisoned, fault_record
+from .task import Handler, Skip, Task, WorkerContext, WorkerPoisoned
 
 __all__ = [
-    "HANDLERS",
     "MAX_TASK_FAULTS",
+    "Handler",
     "RunSummary",
     "Skip",
     "Task",
     "WorkerContext",
     "WorkerPoisoned",
     "default_max_restarts",
-    "fault_record",
     "parse_shard",
     "run",
     "select_shard",

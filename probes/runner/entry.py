@@ -5,7 +5,8 @@
 ``devices``: worker ``i`` probes ``devices[i % len(devices)]``. ``shard=(i, n)``: only that
 slice of the tasks. ``max_restarts``: default :func:`default_max_restarts`. ``options`` reach
 handlers as ``ctx.options``; ``options["op_source_hash"]`` is part of every evidence key.
-``handlers`` adds or overrides task kinds (``kind -> "module:function"``). ``threads``: torch
+``handlers``: each task kind's :class:`~.task.Handler` (``kind -> "module:attribute"``; the suites'
+are :data:`opmatrix.probes.handlers.TASK_HANDLERS`), a kind without one is refused. ``threads``: torch
 threads per worker (default: cores / workers). ``header``: journal header fields that
 override what the runner fills in (e.g. ``evidence`` with ``op_source``, ``runtime``).
 """
@@ -23,7 +24,7 @@ from typing import Any
 from .plan import Aborted, RunSummary, default_max_restarts, ordered, sigterm_as_interrupt
 from .runner import Run
 from .shard import select_shard
-from .task import HANDLERS, Task
+from .task import Task
 
 __all__ = ["run"]
 
@@ -43,13 +44,16 @@ def run(
     options: Mapping[str, Any] | None = None,
     progress: bool = True,
     command: str | None = None,
-    handlers: Mapping[str, str] | None = None,
+    handlers: Mapping[str, str],
     threads: int | None = None,
     header: Mapping[str, Any] | None = None,
 ) -> RunSummary:
     """Run ``tasks`` on ``backend`` in spawned workers, journaling to ``out_dir/journal.jsonl`` (see the module doc)."""
     started = time.monotonic()
     planned = ordered(tasks)
+    unknown = sorted({t.kind for t in planned} - set(handlers))
+    if unknown:
+        raise ValueError(f"no handler for task kind {unknown[0]!r} (known: {', '.join(sorted(handlers)) or 'none'})")
     if shard is not None:
         planned = select_shard(planned, *shard)
     out = Path(out_dir)
@@ -68,7 +72,7 @@ def run(
         options=dict(options or {}),
         progress=progress,
         command=command or shlex.join(sys.argv),
-        handlers={**HANDLERS, **(handlers or {})},
+        handlers=dict(handlers),
         threads=threads,
         header=dict(header or {}),
     )

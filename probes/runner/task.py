@@ -1,20 +1,26 @@
 """What the runner schedules (:class:`Task`) and the contract a task handler follows.
 
-A *task* is the unit the runner isolates and journals: one OpInfo at one dtype (kind ``op``) or
-one runtime check (kind ``runtime``). A handler runs a task inside a spawned worker and returns
-its journal record. Before every risky *unit* (one sample x layout on the device) it calls
+A *task* is the unit the runner isolates and journals: one OpInfo at one dtype (kind ``op``),
+one runtime check (kind ``runtime``), ... The runner knows no kind: each suite gives it a
+:class:`Handler` object per kind (``kind -> "module:attribute"``, imported in the workers, and in
+the runner only to record a fault). ``handle`` runs a task inside a spawned worker and returns its
+journal record. Before every risky *unit* (one sample x layout on the device) it calls
 ``progress(unit)``, so that a crash, a hang or a poisoned device is blamed on that unit::
 
-    def handle(ctx, task, progress, skip, skip_rest):
-        cells = []
-        for unit in units_of(task):
-            fault = skip.get(unit) or skip_rest
-            if fault is not None:                    # faulted before: record, never re-run
-                cells.append(fault_cell(unit, fault))
-                continue
-            progress(unit)                           # the runner's deadline restarts here
-            cells.append(run_unit(ctx.adapter, unit))
-        return TaskRecord(task=task.id, ..., cells=cells)
+    class OpHandler:
+        def handle(self, ctx, task, progress, skip, skip_rest):
+            cells = []
+            for unit in units_of(task):
+                fault = skip.get(unit) or skip_rest
+                if fault is not None:                # faulted before: record, never re-run
+                    cells.append(fault_cell(unit, fault))
+                    continue
+                progress(unit)                       # the runner's deadline restarts here
+                cells.append(run_unit(ctx.adapter, unit))
+            return TaskRecord(task=task.id, ..., cells=cells)
+
+        def fault_record(self, task, skip):          # the task faulted with every unit skipped
+            return TaskRecord(task=task.id, ..., outcome=skip.outcome)
 
 A handler may also call ``ctx.checkpoint(unit, payload)`` after each unit it finishes and, on the
 next attempt after a fault, restore the units in ``ctx.carried`` instead of running them again
@@ -31,30 +37,20 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from pydantic import BaseModel
 
+from opmatrix.schema import FaultOutcome
+
 __all__ = [
-    "HANDLERS",
     "Handler",
     "Skip",
     "Task",
     "WorkerContext",
     "WorkerPoisoned",
-    "fault_record",
     "resolve_handler",
 ]
-
-#: task kind -> "module:function" of its handler; imported lazily, inside the worker only
-HANDLERS: dict[str, str] = {
-    "op": "opmatrix.probes.ops.engine:handle",
-    "runtime": "opmatrix.probes.runtime.checks:handle",
-    "workload": "opmatrix.probes.workloads.handler:handle",
-}
-
-#: the outcomes a runner-observed fault can have (the subset of ``Outcome`` a unit can be blamed for)
-FAULT_OUTCOMES = ("crashed", "hung", "poisoned", "oom", "error")
 
 
 @dataclass(frozen=True)
@@ -71,13 +67,16 @@ class Task:
 class Skip:
     """A fault the runner observed on a unit: record it, do not run the unit again."""
 
-    outcome: str
+    outcome: FaultOutcome
     message: str
     signal: str | None = None
 
     def __post_init__(self) -> None:
-        if self.outcome not in FAULT_OUTCOMES:
-            raise ValueError(f"Skip outcome {self.outcome!r}: expected one of {', '.join(FAULT_OUTCOMES)}")
+        try:
+            object.__setattr__(self, "outcome", FaultOutcome(self.outcome))  # parsed once, here
+        except ValueError:
+            known = ", ".join(f.value for f in FaultOutcome)
+            raise ValueError(f"Skip outcome {self.outcome!r}: expected one of {known}") from None
 
     @property
     def lines(self) -> list[str]:
@@ -126,60 +125,34 @@ class WorkerContext:
 
 
 class Handler(Protocol):
-    """``handle(ctx, task, progress, skip, skip_rest) -> TaskRecord | RuntimeRecord``."""
+    """A suite's task kind: how a worker runs one of its tasks, and the record of one that faulted."""
 
-    def __call__(
+    def handle(
         self,
         ctx: WorkerContext,
         task: Task,
         progress: Callable[[str], None],
         skip: Mapping[str, Skip],
         skip_rest: Skip | None,
-    ) -> BaseModel: ...
+    ) -> BaseModel:
+        """Run ``task`` in a worker; its journal record (see the module doc)."""
+        ...
+
+    def fault_record(self, task: Task, skip: Skip) -> BaseModel:
+        """The record the runner writes itself when ``task`` faults even with every unit skipped."""
+        ...
 
 
 def resolve_handler(target: str) -> Handler:
-    """Import ``module:function``; the error names the target when it cannot."""
+    """Import ``module:attribute``, a :class:`Handler`; the error names the target when it cannot."""
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
-        raise ValueError(f"handler {target!r}: expected module:function")
+        raise ValueError(f"handler {target!r}: expected module:attribute")
     module = importlib.import_module(module_name)
-    try:
-        return getattr(module, attr)  # type: ignore[no-any-return]
-    except AttributeError:
-        raise ValueError(f"handler {target!r}: module {module_name!r} has no attribute {attr!r}") from None
-
-
-def fault_record(task: Task, skip: Skip) -> BaseModel:
-    """The record the runner writes itself when a task faults even with every unit skipped.
-
-    Runtime tasks become a :class:`RuntimeRecord` with an ``unknown`` check; any other kind a
-    :class:`TaskRecord` carrying the fault on the task (source and dtype from the payload, else
-    from the ``source|dtype`` id).
-    """
-    from opmatrix.schema import CheckResult, ErrorInfo, RuntimeCheck, RuntimeRecord, TaskId, TaskRecord
-
-    text = f"{skip.outcome}: {skip.message}".strip()
-    if task.kind == "runtime":
-        check = RuntimeCheck(
-            name=str(task.payload.get("check", task.id)),
-            level=int(task.payload.get("level", 0)),
-            result=CheckResult.unknown,
-            evidence=text[-2000:],
-        )
-        return RuntimeRecord(task=task.id, check=check)
-    if task.kind == "workload":
-        from opmatrix.probes.workloads.handler import fault_result
-
-        return fault_result(task, skip.outcome, text)
-    try:
-        source, dtype = TaskId.parse(task.id)
-    except ValueError:  # a task id of another shape: its payload names both
-        source, dtype = task.id, ""
-    return TaskRecord(
-        task=task.id,
-        source=str(task.payload.get("source", source)),
-        dtype=task.payload.get("dtype", dtype or "float32"),
-        outcome=skip.outcome,
-        error=ErrorInfo(type=skip.outcome, message=text[-2000:], actionable=False, signal=skip.signal),
-    )
+    handler = getattr(module, attr, None)
+    if handler is None:
+        raise ValueError(f"handler {target!r}: module {module_name!r} has no attribute {attr!r}")
+    missing = [m for m in ("handle", "fault_record") if not callable(getattr(handler, m, None))]
+    if missing:
+        raise ValueError(f"handler {target!r}: {type(handler).__name__} has no {' or '.join(missing)} method")
+    return cast(Handler, handler)

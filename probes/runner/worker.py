@@ -38,7 +38,7 @@ from opmatrix.schema.outdir import pid_alive
 from .board import UnitBoard
 from .carry import CarryWriter
 from .messages import Done, Fault, Poisoned, Ready, RunTask, SetupFailed
-from .task import Skip, Task, WorkerContext, WorkerPoisoned, resolve_handler
+from .task import Handler, Skip, Task, WorkerContext, WorkerPoisoned, resolve_handler
 from .zygote import PRELOAD
 
 __all__ = ["WorkerSpec", "worker_main"]
@@ -200,7 +200,7 @@ def worker_main(slot: int, conn: Connection, spec: WorkerSpec) -> None:
     board = UnitBoard(spec.board_path)
     carry = CarryWriter(spec.carry_path) if spec.carry_path else None
     conn.send(Ready(slot, identity))
-    handlers: dict[str, Any] = {}
+    handlers: dict[str, Handler] = {}
     while True:
         try:
             msg = conn.recv()
@@ -231,7 +231,7 @@ def _serve(
     task: Task,
     skip: dict[str, Skip],
     skip_rest: Skip | None,
-    handlers: dict[str, Any],
+    handlers: dict[str, Handler],
     targets: dict[str, str],
 ) -> bool:
     """Run one task and report it; returns False when the worker must exit (poisoned, fault)."""
@@ -246,7 +246,7 @@ def _serve(
             if task.kind not in targets:
                 raise ValueError(f"no handler for task kind {task.kind!r} (known: {', '.join(sorted(targets))})")
             handlers[task.kind] = resolve_handler(targets[task.kind])
-        record = handlers[task.kind](ctx, task, progress, skip, skip_rest)
+        record = handlers[task.kind].handle(ctx, task, progress, skip, skip_rest)
         if not hasattr(record, "model_dump_json"):
             raise TypeError(f"handler for {task.kind!r} returned {type(record).__name__}, expected a pydantic record")
         text = record.model_dump_json()  # here, so a record that cannot be written is this task's error

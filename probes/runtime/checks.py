@@ -14,9 +14,9 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any
 
-from opmatrix.schema import RuntimeRecord
+from opmatrix.probes.runner import Skip, Task, WorkerContext
+from opmatrix.schema import CheckResult, RuntimeCheck, RuntimeRecord
 
 from .casehost import CASE_DEADLINE
 from .catalog import CATALOG, by_name
@@ -25,15 +25,13 @@ from .discovery import check_driver, check_import
 from .spec import Facts, Verdict, failed
 from .worker import MARK, make_record, run_check, task_id
 
-__all__ = ["handle", "plan_runtime_tasks", "run_case_isolated"]
+__all__ = ["HANDLER", "RuntimeHandler", "handle", "plan_runtime_tasks", "run_case_isolated"]
 
 _PROBE_KEY = "opmatrix.runtime.probe"
 
 
-def plan_runtime_tasks(adapter_spec: str, generation: str | None = None) -> list[Any]:
+def plan_runtime_tasks(adapter_spec: str, generation: str | None = None) -> list[Task]:
     """One runner task per runtime check, ordered as docs/levels.md#runtime-bring-up-order brings a runtime up."""
-    from opmatrix.probes.runner.task import Task
-
     return [
         Task(id=task_id(spec.name), kind="runtime", order=i,
              payload={"check": spec.name, "level": spec.level, "backend": adapter_spec, "generation": generation})
@@ -60,12 +58,27 @@ def run_case_isolated(spec: str, generation: str | None, name: str) -> Verdict:
     return failed(f"the case host (exit {done.returncode}) reported nothing: {tail}")
 
 
+class RuntimeHandler:
+    """Runtime check tasks (payload ``{"check", "level", "backend", "generation"}``)."""
+
+    def handle(self, ctx: WorkerContext, task: Task, progress: Callable[[str], None], skip: Mapping[str, Skip],
+               skip_rest: Skip | None) -> RuntimeRecord:
+        return handle(ctx, task, progress, skip, skip_rest)
+
+    def fault_record(self, task: Task, skip: Skip) -> RuntimeRecord:
+        """The check faulted its worker every time: an ``unknown`` check saying how."""
+        text = f"{skip.outcome}: {skip.message}".strip()
+        check = RuntimeCheck(name=str(task.payload.get("check", task.id)), level=int(task.payload.get("level", 0)),
+                             result=CheckResult.unknown, evidence=text[-2000:])
+        return RuntimeRecord(task=task.id, check=check)
+
+
 def handle(
-    ctx: Any,
-    task: Any,
+    ctx: WorkerContext,
+    task: Task,
     progress: Callable[[str], None],
-    skip: Mapping[str, Any],
-    skip_rest: Any,
+    skip: Mapping[str, Skip],
+    skip_rest: Skip | None,
 ) -> RuntimeRecord:
     """Run the runtime check ``task.payload['check']`` in a runner worker (``ctx.adapter`` is set up)."""
     name = str(task.payload["check"])
@@ -88,3 +101,6 @@ def handle(
             probe = ctx.cache[_PROBE_KEY] = Probe.from_adapter(ctx.adapter, backend, generation)
         verdict = run_check(spec, probe)
     return make_record(spec, verdict, ctx.adapter.evidence_key())
+
+
+HANDLER = RuntimeHandler()

@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from opmatrix.probes.runner import Task
-from opmatrix.schema import CheckResult, FallbackState, Outcome
+from opmatrix.probes.runner import Skip, Task, WorkerContext
+from opmatrix.schema import CheckResult, FallbackState, FaultOutcome, Outcome
 from opmatrix.schema.workloads import (
     CompileCache,
     HostFallback,
@@ -31,7 +31,7 @@ from .cache import second_process
 from .catalog import DTYPES, WORKLOADS, build
 from .observe import copies_during, device_peak, host_rss, reset_peak
 
-__all__ = ["plan_workload_tasks", "handle", "fault_result", "task_id"]
+__all__ = ["HANDLER", "WorkloadHandler", "plan_workload_tasks", "handle", "fault_result", "task_id"]
 
 _EAGER = (WorkloadStep.to_device, WorkloadStep.inference, WorkloadStep.training, WorkloadStep.state_dict)
 _COMPILE = (WorkloadStep.to_device, WorkloadStep.inference, WorkloadStep.dynamic_shapes, WorkloadStep.mutation,
@@ -66,9 +66,9 @@ def _result(task: Any, outcome: Outcome, **fields: Any) -> WorkloadResult:
                           description=spec.description if spec else "user workload", **fields)
 
 
-def fault_result(task: Any, outcome: str, text: str) -> WorkloadRecord:
+def fault_result(task: Task, outcome: FaultOutcome, text: str) -> WorkloadRecord:
     """The record of a workload whose worker crashed, hung, ran out of memory or was poisoned."""
-    return WorkloadRecord(task=task.id, result=_result(task, Outcome(outcome), error=text[-2000:]))
+    return WorkloadRecord(task=task.id, result=_result(task, Outcome(outcome.value), error=text[-2000:]))
 
 
 def _step_fn(step: WorkloadStep, run: steps.Run, backend: Any, stats: dict[str, Any]) -> Callable[[], StepResult]:
@@ -126,7 +126,8 @@ def _outcome(results: Mapping[WorkloadStep, StepResult]) -> Outcome:
     return worst
 
 
-def handle(ctx: Any, task: Any, progress: Callable[[str], None], skip: Mapping[str, Any], skip_rest: Any) -> WorkloadRecord:
+def handle(ctx: WorkerContext, task: Task, progress: Callable[[str], None], skip: Mapping[str, Skip],
+           skip_rest: Skip | None) -> WorkloadRecord:
     """Run workload task ``task`` (payload: workload, dtype, mode, seed) on ``ctx.adapter``."""
     p = task.payload
     fault = skip_rest or next(iter(skip.values()), None)
@@ -163,3 +164,18 @@ def handle(ctx: Any, task: Any, progress: Callable[[str], None], skip: Mapping[s
     stats.clear()
     torch._dynamo.reset() if backend is not None else None
     return WorkloadRecord(task=task.id, result=result, evidence_key=ctx.adapter.evidence_key())
+
+
+class WorkloadHandler:
+    """Workload tasks (payload ``{"workload", "dtype", "mode", "seed"}``)."""
+
+    def handle(self, ctx: WorkerContext, task: Task, progress: Callable[[str], None], skip: Mapping[str, Skip],
+               skip_rest: Skip | None) -> WorkloadRecord:
+        return handle(ctx, task, progress, skip, skip_rest)
+
+    def fault_record(self, task: Task, skip: Skip) -> WorkloadRecord:
+        """The workload faulted its worker every time: the fault as its outcome."""
+        return fault_result(task, skip.outcome, f"{skip.outcome}: {skip.message}".strip())
+
+
+HANDLER = WorkloadHandler()

@@ -1,0 +1,37 @@
+"""The runner's ``op`` task kind: one OpInfo at one dtype (payload ``{"source", "dtype", "options"}``).
+
+:data:`HANDLER` runs a task through the engine (:func:`.engine.handle`) in a worker and, when a
+task faults with every unit skipped, builds the record the runner writes for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from opmatrix.probes.runner import Skip, Task, WorkerContext
+from opmatrix.schema import ErrorInfo, TaskId, TaskRecord
+
+from . import engine
+
+__all__ = ["HANDLER", "OpHandler"]
+
+
+class OpHandler:
+    """Operator probe tasks, ``source|dtype``."""
+
+    def handle(self, ctx: WorkerContext, task: Task, progress: Callable[[str], None], skip: Mapping[str, Skip],
+               skip_rest: Skip | None) -> TaskRecord:
+        return engine.handle(ctx, task, progress, skip, skip_rest)
+
+    def fault_record(self, task: Task, skip: Skip) -> TaskRecord:
+        """The task itself faulted: the fault on the task, source and dtype from its payload (else its id)."""
+        source, dtype = task.payload.get("source"), task.payload.get("dtype")
+        if source is None or dtype is None:
+            source, dtype = TaskId.parse(task.id)  # an op task id is always source|dtype
+        text = f"{skip.outcome}: {skip.message}".strip()
+        return TaskRecord(task=task.id, source=str(source), dtype=dtype, outcome=skip.outcome,
+                          error=ErrorInfo(type=skip.outcome.value, message=text[-2000:], actionable=False,
+                                          signal=skip.signal))
+
+
+HANDLER = OpHandler()
