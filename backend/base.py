@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import contextlib
 import platform
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from opmatrix.schema import BackendId, DeviceInfo, FallbackState
 
-__all__ = ["Adapter", "FallbackSeen", "Rejection", "bringup_check"]
+__all__ = ["REFUSALS", "Adapter", "FallbackSeen", "Refusal", "Rejection", "bringup_check", "refusal_of"]
 
 
 @dataclass
@@ -46,17 +47,48 @@ class Rejection:
     reason: str = ""
 
 
-#: message fragments that mean "this backend does not implement that": a clean rejection
-_REJECT_FRAGMENTS = (
-    "could not run",
-    "not implemented for",
-    "not supported",
-    "does not support",
-    "unsupported",
-    "is not implemented",
-    "no kernel",
-    "not available for",
+@dataclass(frozen=True)
+class Refusal:
+    """A message pattern that names what a backend does not support: a clean rejection."""
+
+    pattern: str  # a regular expression, searched in the lower-cased message
+    names: str  # what the message names (for the docs and tests)
+
+
+#: messages that name what is unsupported (a dtype, layout, rank, argument or a missing kernel):
+#: any exception type whose message matches one is a clean rejection, when nothing ran on the
+#: device first and the device stays healthy (``TORCH_CHECK`` raises RuntimeError with these)
+REFUSALS: tuple[Refusal, ...] = (
+    Refusal(r"could not run '", "an op with no kernel for the backend's dispatch key"),
+    Refusal(r"not implemented for '", "a dtype an op has no kernel for (\"not implemented for 'Half'\")"),
+    Refusal(r"\bis not implemented\b", "an op or argument the backend does not implement"),
+    Refusal(r"\bnot supported\b", "a dtype, layout, rank or argument"),
+    Refusal(r"\bdoes not support\b", "a dtype, layout, rank or argument"),
+    Refusal(r"\bunsupported\b", "a dtype, layout, rank or argument"),
+    Refusal(r"\bonly supports?\b", "the dtypes, layouts or ranks a kernel takes (\"only supports float\")"),
+    Refusal(r"\bcannot hold\b", "a dtype device memory cannot store"),
+    Refusal(r"\bno kernel\b", "an op with no kernel"),
+    Refusal(r"\bnot available for\b", "an op or dtype the backend lacks"),
 )
+#: messages that name a broken backend, never a refusal, whatever else they say
+NOT_REFUSALS: tuple[str, ...] = (
+    r"internal assert",
+    # Python's own operator errors name Python objects, not what a backend supports
+    r"not supported between instances of", r"unsupported operand type",
+)
+
+
+def refusal_of(exc: BaseException) -> str | None:
+    """What ``exc`` says is unsupported (the matching :data:`REFUSALS` entry), or None when it
+    names nothing actionable (``internal error 0x1f``). ``NotImplementedError`` is a refusal
+    by type."""
+    text = str(exc).lower()
+    if any(re.search(p, text) for p in NOT_REFUSALS):
+        return None
+    for refusal in REFUSALS:
+        if re.search(refusal.pattern, text):
+            return refusal.names
+    return "not implemented" if isinstance(exc, NotImplementedError) else None
 
 
 #: the bytes the bring-up check writes and reads back: every value of a byte, twice
@@ -189,13 +221,9 @@ class Adapter:
 
         if isinstance(exc, torch.OutOfMemoryError):
             return Rejection("oom", "device memory exhausted")
-        text = str(exc).lower()
-        if "internal assert" in text:
-            return Rejection("error", "internal assert")
-        if isinstance(exc, NotImplementedError):
-            return Rejection("rejected", "not implemented")
-        if isinstance(exc, RuntimeError) and any(f in text for f in _REJECT_FRAGMENTS):
-            return Rejection("rejected", "reported as unsupported")
+        names = refusal_of(exc)
+        if names is not None:
+            return Rejection("rejected", names)
         return Rejection("error", type(exc).__name__)
 
     def health_check(self) -> str | None:

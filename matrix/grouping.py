@@ -75,6 +75,7 @@ def _numerics_by_dtype(parts: Sequence[EntryPart]) -> dict[DType, Numerics]:
             rtol=max(n.rtol for n in items),
             max_abs_err=_max_opt(n.max_abs_err for n in items),
             max_rel_err=_max_opt(n.max_rel_err for n in items),
+        mismatched=_max_opt(n.mismatched for n in items),
             reference=items[0].reference,
         )
     return out

@@ -23,6 +23,7 @@ The result never depends on the order of its inputs.
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Sequence
+from typing import TypeVar
 
 from opmatrix.schema import (
     Autograd,
@@ -82,7 +83,10 @@ def result_key(result: CellResult) -> Hashable:
     )
 
 
-def _max_opt(values: Iterable[float | None]) -> float | None:
+_N = TypeVar("_N", int, float)
+
+
+def _max_opt(values: Iterable[_N | None]) -> _N | None:
     present = [v for v in values if v is not None]
     return max(present) if present else None
 
@@ -109,6 +113,7 @@ def _numerics(items: Sequence[Numerics]) -> Numerics | None:
         rtol=max(n.rtol for n in items),
         max_abs_err=_max_opt(n.max_abs_err for n in items),
         max_rel_err=_max_opt(n.max_rel_err for n in items),
+        mismatched=_max_opt(n.mismatched for n in items),
         reference=next(r for r in _REFERENCE_PREFERENCE if r in refs),
     )
 
@@ -200,6 +205,7 @@ def aggregate(results: Sequence[CellResult]) -> CellResult:
             update={
                 "max_abs_err": _max_opt(n.max_abs_err for n in nums),
                 "max_rel_err": _max_opt(n.max_rel_err for n in nums),
+                "mismatched": _max_opt(n.mismatched for n in nums),
             }
         )
     if first.fallback.copies_per_call is not None or any(r.fallback.copies_per_call for r in results):

@@ -162,6 +162,8 @@ class Numerics(Model):
     rtol: float = Field(ge=0)
     max_abs_err: float | None = Field(default=None, ge=0)
     max_rel_err: float | None = Field(default=None, ge=0)
+    #: how many output values were outside tolerance (a ``wrong`` cell), when counted
+    mismatched: int | None = Field(default=None, ge=0)
     reference: ReferenceKind = ReferenceKind.cpu_same_dtype
 
 

@@ -20,18 +20,26 @@ from opmatrix.schema import Autograd, ExecPath, FallbackState, Outcome
 from . import observe
 from .faults import fault_from_exception
 from .numerics import compare, tolerance_for
-from .source import OpEntry
+from .source import OpEntry, generate_samples
 from .state import EngineState
 from .trace import CallTrace, Observed
 from .units import Unit, device_values, unit_id, values_key
-from .values import call, identity, map_tensors, readable, to_cpu
+from .values import call, identity, map_tensors, readable, tensors_in, to_cpu
 
-__all__ = ["differentiable", "event_name", "probe_backward"]
+__all__ = ["NoGradient", "claims_backward", "differentiable", "event_name", "grad_masks", "probe_backward"]
 
 
 def differentiable(entry: OpEntry, dtype: torch.dtype) -> bool:
     """Whether OpInfo says the op has gradients, at a dtype that can carry them."""
     return bool(entry.info.supports_autograd) and (dtype.is_floating_point or dtype.is_complex)
+
+
+def claims_backward(entry: OpEntry, dtype: torch.dtype) -> bool:
+    """Whether OpInfo declares a backward for ``dtype`` on the CPU (its ``backward_dtypes``)."""
+    try:
+        return dtype in entry.info.supported_backward_dtypes("cpu")
+    except Exception:  # noqa: BLE001 - an OpInfo without backward dtypes claims none
+        return False
 
 
 def event_name(overload: str) -> str:
@@ -40,11 +48,44 @@ def event_name(overload: str) -> str:
     return f"{parts[0]}::{parts[1]}" if len(parts) >= 2 else overload
 
 
-def _grad_inputs(values: Any, dtype: torch.dtype) -> tuple[Any, list[torch.Tensor]]:
+def grad_masks(entry: OpEntry, dtype: torch.dtype, samples: list[Any], opts: Any) -> list[tuple[bool, ...] | None]:
+    """Per sample, which of its tensors OpInfo's own ``requires_grad=True`` generation marks
+    (its gradient tests differentiate those only: never running statistics or a loss target).
+
+    The samples are generated again with OpInfo's flag and the same seed; a sample whose tensors
+    do not line up with the probed one's gets None (its backward is not probed, and says so)."""
+    if not opts.autograd or not differentiable(entry, dtype):
+        return [None] * len(samples)
+    try:
+        marked = generate_samples(entry, dtype, limit=opts.max_samples, requires_grad=True)
+    except Exception:  # noqa: BLE001 - OpInfo's gradient generation fails: no gradient is asked for
+        return [None] * len(samples)
+    out: list[tuple[bool, ...] | None] = []
+    for i, s in enumerate(samples):
+        if i >= len(marked):
+            out.append(None)
+            continue
+        plain, graded = _tensor_list(s), _tensor_list(marked[i])
+        same = len(plain) == len(graded) and all(a.shape == b.shape and a.dtype == b.dtype
+                                                  for a, b in zip(plain, graded, strict=True))
+        out.append(tuple(t.requires_grad for t in graded) if same else None)
+    return out
+
+
+def _tensor_list(sample: Any) -> list[torch.Tensor]:
+    return tensors_in((sample.input, tuple(sample.args), dict(sample.kwargs)))
+
+
+def _grad_inputs(values: Any, dtype: torch.dtype, mask: tuple[bool, ...] | None
+                 ) -> tuple[Any, list[torch.Tensor]]:
     leaves: list[torch.Tensor] = []
+    position = [0]
 
     def leaf(t: torch.Tensor) -> torch.Tensor:
-        if t.dtype == dtype and (t.is_floating_point() or t.is_complex()):
+        i = position[0]
+        position[0] += 1
+        wanted = mask is not None and i < len(mask) and mask[i]
+        if wanted and (t.is_floating_point() or t.is_complex()):
             t = t.detach().requires_grad_(True)
             leaves.append(t)
         return t
@@ -52,11 +93,16 @@ def _grad_inputs(values: Any, dtype: torch.dtype) -> tuple[Any, list[torch.Tenso
     return map_tensors(values, leaf), leaves
 
 
+class NoGradient(Exception):
+    """Why a sample has no backward to compare (said on its cell when OpInfo claims one)."""
+
+
 def backward(fn: Callable[..., Any], values: Any, dtype: torch.dtype, recorder: Any = None,
-             post: Callable[[Any], Any] = identity) -> list[Any] | None:
-    """Gradients of ``post(fn(values))``, as gradcheck takes them; ``recorder`` (a context, if
-    given) wraps only the backward."""
-    vals, leaves = _grad_inputs(values, dtype)
+             post: Callable[[Any], Any] = identity, mask: tuple[bool, ...] | None = None) -> list[Any] | None:
+    """Gradients of ``post(fn(values))`` with respect to the tensors ``mask`` marks (OpInfo's
+    ``requires_grad=True`` generation), as gradcheck takes them; ``recorder`` (a context, if
+    given) wraps only the backward. None: no marked tensor, or no output carries a gradient."""
+    vals, leaves = _grad_inputs(values, dtype, mask)
     if not leaves:
         return None
     out = post(call(fn, vals))
@@ -100,10 +146,13 @@ def probe_backward(st: EngineState, fn: Callable[..., Any], unit: Unit, dtype: t
 
     ``references``: the CPU gradients per sample, shared by its layouts (a layout changes memory,
     not values); on a mismatch this layout's own CPU gradients judge instead."""
+    why: list[str] = []
+
     def own() -> list[Any] | None:
         try:
-            return backward(fn, unit.cpu_values, dtype, post=unit.post)
-        except Exception:  # noqa: BLE001 - no CPU reference gradient: nothing to compare
+            return backward(fn, unit.cpu_values, dtype, post=unit.post, mask=unit.grad_mask)
+        except Exception as exc:  # noqa: BLE001 - no CPU reference gradient: nothing to compare
+            why.append(f"the CPU's backward raised ({type(exc).__name__}: {str(exc)[:120]})")
             return None
 
     key = values_key(unit)
@@ -112,14 +161,18 @@ def probe_backward(st: EngineState, fn: Callable[..., Any], unit: Unit, dtype: t
     if references is not None and not shared and expected is not None:
         references[key] = expected
     if expected is None:
-        return None
+        if unit.grad_mask is None:
+            raise NoGradient("OpInfo's gradient generation does not line up with this sample")
+        if not any(unit.grad_mask):
+            raise NoGradient("OpInfo's samples mark no tensor as needing a gradient")
+        raise NoGradient(why[0] if why else "no output of the CPU's call carries a gradient")
     uid = unit_id(unit, "backward")
     trace = CallTrace()
     try:
         with st.adapter.observe_fallback() as seen:
             # on the host itself every backward kernel is native: the call tree would say nothing more
             got = backward(fn, device_values(unit, st.adapter.device()), dtype,
-                           None if st.adapter.is_host else trace, post=unit.post)
+                           None if st.adapter.is_host else trace, post=unit.post, mask=unit.grad_mask)
         st.adapter.synchronize()
     except Exception as exc:  # noqa: BLE001 - classified narrowly just below
         fault = fault_from_exception(st, uid, readable(exc))

@@ -63,6 +63,12 @@ class SampleResult:
     autograd: Autograd | None = None
     flaky: bool = False
     note: str | None = None
+    #: the dtype the cell is filed under ("" : the task's); see :func:`opmatrix.probes.ops.units.dtype_of`
+    dtype: str = ""
+    #: how many output values differ from the reference (a ``wrong`` result), when counted
+    mismatched: int | None = None
+    #: the device refused the inputs while they were staged: the op never ran (nor will it compiled)
+    unstaged: bool = False
 
 
 def _separating_feature(samples: list[SampleResult]) -> str | None:
@@ -91,6 +97,22 @@ def _fault_split(samples: list[SampleResult]) -> str | None:
     return INPUT if bad == {"empty"} and good == {"nonempty"} else None
 
 
+def _passes(s: SampleResult) -> bool:
+    return s.outcome is Outcome.ok and s.path is not ExecPath.rejected
+
+
+def _empty_split(samples: list[SampleResult]) -> str | None:
+    """``input`` when only the samples with an empty input pass (ran and were right): support that
+    holds for empty tensors alone (``softmax`` int16 on shape (5, 0, 0)) is conditional, and the
+    ``input: nonempty`` group says what happens to real data."""
+    labels = [s.features.get(INPUT) for s in samples]
+    if None in labels or set(labels) != {"empty", "nonempty"}:
+        return None
+    passing = {label for label, s in zip(labels, samples, strict=True) if _passes(s)}
+    failing = {label for label, s in zip(labels, samples, strict=True) if not _passes(s)}
+    return INPUT if passing == {"empty"} and failing == {"nonempty"} else None
+
+
 def _fallback(samples: list[SampleResult]) -> FallbackEvidence:
     states = {s.fallback for s in samples}
     if FallbackState.observed in states:
@@ -113,11 +135,13 @@ def _numerics(samples: list[SampleResult]) -> Numerics | None:
         return None
     abs_errs = [s.max_abs for s in measured if s.max_abs is not None]
     rel_errs = [s.max_rel for s in measured if s.max_rel is not None]
+    mismatched = [s.mismatched for s in measured if s.mismatched is not None]
     return Numerics(
         rtol=max(s.rtol for s in measured),  # type: ignore[type-var]
         atol=max(s.atol for s in measured),  # type: ignore[type-var]
         max_abs_err=_round(max(abs_errs)) if abs_errs else None,
         max_rel_err=_round(max(rel_errs)) if rel_errs else None,
+        mismatched=max(mismatched) if mismatched else None,
         reference=measured[0].reference,
     )
 
@@ -169,17 +193,21 @@ def _result(samples: list[SampleResult], conditions: dict[str, str]) -> CellResu
 
 
 def cells_from_samples(samples: Iterable[SampleResult], dtype: str) -> list[CellRecord]:
-    """Group sample results into cell records, splitting by a separating feature when one exists."""
-    groups: dict[tuple[str, int, Layout, Mode, tuple[tuple[str, str], ...]], list[SampleResult]] = defaultdict(list)
+    """Group sample results into cell records, splitting by a separating feature when one exists.
+
+    A sample is filed under its own dtype (its first tensor's; ``dtype`` is the task's, for those
+    that do not say)."""
+    Key = tuple[str, str, int, Layout, Mode, tuple[tuple[str, str], ...]]
+    groups: dict[Key, list[SampleResult]] = defaultdict(list)
     for s in samples:
         fixed = tuple(sorted((k, v) for k, v in s.features.items() if k in ALWAYS_RECORDED and v != "none"))
-        groups[(s.op, s.rank, s.layout, s.mode, fixed)].append(s)
+        groups[(s.op, s.dtype or dtype, s.rank, s.layout, s.mode, fixed)].append(s)
     out: list[CellRecord] = []
-    for (op, rank, layout, mode, fixed), group in sorted(
-        groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2].value, kv[0][3].value, kv[0][4])
+    for (op, cell_dtype, rank, layout, mode, fixed), group in sorted(
+        groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2], kv[0][3].value, kv[0][4].value, kv[0][5])
     ):
         feature = _separating_feature(group) if len({s.path for s in group}) > 1 else None
-        feature = feature or _fault_split(group)
+        feature = feature or _fault_split(group) or _empty_split(group)
         if feature is None:
             parts = [(dict(fixed), group)]
         else:
@@ -189,6 +217,7 @@ def cells_from_samples(samples: Iterable[SampleResult], dtype: str) -> list[Cell
             parts = [({**dict(fixed), feature: label}, members) for label, members in sorted(by_label.items())]
         for conditions, members in parts:
             out.append(
-                CellRecord(op=op, dtype=dtype, rank=rank, layout=layout, mode=mode, result=_result(members, conditions))
+                CellRecord(op=op, dtype=cell_dtype, rank=rank, layout=layout, mode=mode,
+                           result=_result(members, conditions))
             )
     return out

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 from opmatrix.backend.base import FallbackSeen
 from opmatrix.schema import ExecPath, FallbackState
 
@@ -42,6 +44,8 @@ class DeviceCall:
     leaf: list[str] = field(default_factory=list)
     seen: FallbackSeen = field(default_factory=FallbackSeen)
     observed: Observed = field(default_factory=Observed)
+    #: device types of the output tensors, before they were copied to the host
+    devices: list[str] = field(default_factory=list)
 
     @property
     def fell_back(self) -> bool:
@@ -68,12 +72,22 @@ def run_device(st: EngineState, fn: Callable[..., Any], values: Any, record: boo
             else:
                 out = call(fn, values)
             st.adapter.synchronize()
+        result.devices = _devices(out)
         result.out = to_cpu(out)
     except Exception as exc:  # noqa: BLE001 - the caller classifies it
         result.error = readable(exc)
     result.observed = trace.observed
     result.leaf = rec.ops if rec is not None else []
     return result
+
+
+def _devices(out: Any) -> list[str]:
+    """The device types of the tensors in a call's outputs, in order."""
+    if isinstance(out, torch.Tensor):
+        return [out.device.type]
+    if isinstance(out, (tuple, list)):
+        return [d for o in out for d in _devices(o)]
+    return []
 
 
 def _same_family(a: str, b: str) -> bool:

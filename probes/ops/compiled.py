@@ -17,8 +17,8 @@ from opmatrix.schema import ErrorInfo, ExecPath, FallbackState, Mode, Outcome
 from . import observe
 from .backward import event_name
 from .cells import SampleResult
-from .classify import apply_evidence, fault_path, run_device
-from .faults import fault_from_exception
+from .classify import DeviceCall, apply_evidence, run_device
+from .faults import failed_call
 from .judging import Reference, check_values
 from .source import OpEntry
 from .state import EngineState
@@ -30,7 +30,7 @@ __all__ = ["probe_compile"]
 
 def _result(unit: Unit) -> SampleResult:
     return SampleResult(op=unit.overload, rank=unit.rank, layout=unit.layout, mode=Mode.compile,
-                        path=ExecPath.rejected, outcome=Outcome.ok, features=unit.features)
+                        path=ExecPath.rejected, outcome=Outcome.ok, features=unit.features, dtype=unit.dtype)
 
 
 def _compiled_path(unit: Unit, eager: SampleResult, ran: list[str], fell_back: bool
@@ -106,17 +106,21 @@ def probe_compile(st: EngineState, entry: OpEntry, unit: Unit, dtype: torch.dtyp
     torch._dynamo.reset()
     compiled = torch.compile(lambda i, *a, **k: fn(i, *a, **k), backend=backend, dynamic=False)
     uid = unit_id(unit, "compile")
-    # no dispatch mode here (an active TorchDispatchMode makes dynamo run the frame eagerly):
-    # compile once, then observe one execution of the compiled graph with the profiler
-    first = run_device(st, compiled, device_values(unit, st.adapter.device()), False, profile=False)
-    dc = first if first.error is not None else run_device(st, compiled, device_values(unit, st.adapter.device()), False)
-    if dc.error is not None:
-        root = readable(root_cause(dc.error))
-        fault = fault_from_exception(st, uid, root)
+    # no dispatch mode here (an active TorchDispatchMode makes dynamo run the frame eagerly): the
+    # first call compiles and runs plainly (the verdict); a second, under the profiler, is evidence
+    try:
+        values, again = device_values(unit, st.adapter.device()), device_values(unit, st.adapter.device())
+    except Exception as exc:  # noqa: BLE001 - staging the inputs failed: the graph never ran
+        first = DeviceCall(error=readable(exc))
+    else:
+        first = run_device(st, compiled, values, False, profile=False)
+    dc = first if first.error is not None else run_device(st, compiled, again, False)
+    if first.error is not None:
+        root = readable(root_cause(first.error))
         result.error = error_info(root, unit.overload, st.adapter.device_type, str(dtype).removeprefix("torch."))
-        result.outcome = fault or (Outcome.error if dc.fell_back else Outcome.ok)
-        result.path = ExecPath.fallback if dc.fell_back else ExecPath.rejected if fault is None else fault_path(
-            st, unit.overload)
+        # the same rule as in eager mode: the CPU computes this unit (its reference exists)
+        result.path, result.outcome, note = failed_call(st, unit.overload, uid, root, dc.fell_back, lambda: True)
+        result.note = note
         apply_evidence(result, dc)
         return result
     trivial = {event_name(t) for t in observe.TRIVIAL_OPS}
@@ -125,6 +129,9 @@ def probe_compile(st: EngineState, entry: OpEntry, unit: Unit, dtype: torch.dtyp
     apply_evidence(result, dc)
     if dc.observed.state is FallbackState.unknown and dc.seen.state is FallbackState.unknown and not ran:
         result.fallback = FallbackState.unknown
-    ok = check_values(st, unit, ref, dc.out, dtype, result)[0]
+    if dc.error is not None:
+        result.note = "; ".join(filter(None, [result.note, f"the profiled run raised ({type(dc.error).__name__}: "
+                                              f"{str(dc.error)[:120]}); the plain run's result stands"]))
+    ok = check_values(st, unit, ref, first.out, dtype, result)[0]
     result.outcome = Outcome.ok if ok else Outcome.wrong
     return result

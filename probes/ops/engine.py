@@ -16,7 +16,6 @@ units an earlier fault rules out are listed as not run (:mod:`.faults`).
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import pickle
 import time
@@ -26,132 +25,23 @@ from typing import Any
 import torch
 
 from opmatrix.probes.ops import task_id
-from opmatrix.schema import Autograd, ErrorInfo, ExecPath, FallbackState, Layout, Mode, Outcome, TaskRecord
+from opmatrix.schema import Autograd, ErrorInfo, ExecPath, Layout, Mode, Outcome, TaskRecord
 
-from . import observe
-from .backward import differentiable, probe_backward
+from .backward import NoGradient, claims_backward, differentiable, grad_masks, probe_backward
 from .cells import SampleResult, cells_from_samples
-from .classify import DeviceCall, apply_evidence, classify, fault_path, run_device
 from .compiled import probe_compile
-from .faults import SkipPlan, fault_from_exception, fault_result
-from .judging import Reference, check_values, judge, post, reference
+from .eager import _host_computes, probe_eager, refusal_text  # noqa: F401 - _host_computes: tests
+from .faults import SkipPlan, fault_result
+from .judging import Reference, judge, post, reference
 from .source import OpEntry, generate_samples, values_undefined
 from .state import EngineState, InlineContext, ProbeOptions, engine_state
-from .units import Unit, device_values, unit_id, units, values_key
-from .values import error_info, to_cpu, where
+from .units import Unit, dtype_of, holds_dtype, unit_id, units, values_key
+from .values import to_cpu, where
 
 __all__ = ["ProbeOptions", "handle", "probe_task", "task_id"]
 
 # the names tests and benchmarks have used since the engine was one module
 _Reference, _Unit, _judge, _post, _reference, _to_cpu = Reference, Unit, judge, post, reference, to_cpu
-
-
-def _failed(st: EngineState, unit: Unit, uid: str, dc: DeviceCall, result: SampleResult, dname: str,
-            host_computes: Callable[[], bool]) -> None:
-    """A device call that raised: rejected, or a fault; fallback seen before the error is kept.
-
-    ``host_computes``: whether the CPU computes this sample (asked only after a fallback, since
-    it may run the CPU reference for this layout). An error that reads like a clean
-    rejection after the op already ran on the host is then not a rejection: the host did the
-    work and the device's side failed (torch_xla's to_sparse copies a sparse host result back to a
-    device that has no sparse tensors), so the cell is fallback with outcome error. When the CPU
-    rejects the sample too, the host's own rejection came through the fallback: rejected."""
-    assert dc.error is not None
-    fault = fault_from_exception(st, uid, dc.error)
-    result.error = error_info(dc.error, unit.overload, st.adapter.device_type, dname)
-    apply_evidence(result, dc)
-    if fault is None and dc.fell_back and host_computes():
-        result.path, result.outcome = ExecPath.fallback, Outcome.error
-        result.note = "; ".join(filter(None, [result.note, "ran on the host, then the device side failed "
-                                              "(the CPU computes this sample)"]))
-    elif fault is None:  # a clean rejection (its fallback evidence, if any, stays recorded)
-        result.path, result.outcome = ExecPath.rejected, Outcome.ok
-    elif dc.fell_back:  # the op ran (partly) on the host, then failed: both are evidence
-        result.path, result.outcome = ExecPath.fallback, fault
-    else:
-        result.path, result.outcome = fault_path(st, unit.overload), fault
-
-
-def _refusal(exc: BaseException) -> str:
-    """An exception as the CPU's and the device's refusals are compared: type and message start."""
-    return f"{type(exc).__name__}: {str(exc)[:120]}"
-
-
-def _host_computes(ref: Reference | None, own: Callable[[], Reference] | None) -> bool:
-    """Whether the CPU computes this very unit: ``ref`` may be the sample's reference from another
-    layout (``own`` then computes this layout's), and a layout can be what the CPU refuses (an
-    in-place write into an expanded tensor)."""
-    if ref is None:
-        return False
-    if own is None:
-        return True
-    try:
-        own()
-    except Exception:  # noqa: BLE001 - the CPU refuses this layout: the host's refusal came through
-        return False
-    return True
-
-
-def _judged(st: EngineState, fn: Callable[..., Any], unit: Unit, dtype: torch.dtype, opts: ProbeOptions,
-            ref: Reference, out: Any, result: SampleResult, own: Callable[[], Reference] | None = None) -> None:
-    """Compare the outputs with the reference (retrying once when wrong: flaky or wrong).
-
-    ``own``: the reference is the sample's, computed on another layout; when the outputs do not
-    match it, this layout's own CPU reference is computed and judges instead (an op whose values
-    depend on memory layout is never called wrong for it)."""
-    ok, res, comparable, broken = check_values(st, unit, ref, out, dtype, result)
-    if not ok and own is not None:
-        with contextlib.suppress(Exception):  # the CPU rejects this layout: the sample's reference stands
-            ref = own()
-            ok, res, comparable, broken = check_values(st, unit, ref, out, dtype, result)
-    if not ok and opts.retry_wrong and broken is None:
-        again = run_device(st, fn, device_values(unit, st.adapter.device()), False, profile=False)
-        if again.error is None and judge(ref, post(unit, again.out)[0], unit.overload, dtype, comparable)[0]:
-            result.flaky = True
-    result.outcome = Outcome.ok if ok else Outcome.wrong
-    if not ok:
-        result.note = "; ".join(filter(None, [result.note, res.detail]))
-
-
-def probe_eager(st: EngineState, entry: OpEntry, unit: Unit, dtype: torch.dtype, opts: ProbeOptions,
-                ref: Reference | None, no_ref: str | None = None, own: Callable[[], Reference] | None = None
-                ) -> SampleResult:
-    """One unit in eager mode: run, observe, classify, judge (its backward is its own unit)."""
-    fn = entry.info.op
-    result = SampleResult(op=unit.overload, rank=unit.rank, layout=unit.layout, mode=Mode.eager,
-                          path=ExecPath.rejected, outcome=Outcome.ok, features=unit.features)
-    uid = unit_id(unit, "eager")
-    # the leaf ops (a dispatch mode) only matter for composites; the call tree is always recorded
-    record = not observe.registration(observe.qualified(unit.overload), st.adapter.dispatch_key).backend
-    key = (unit.overload, dtype, unit.rank, unit.layout, tuple(sorted(unit.features.items())))
-    known = st.host_paths.get(key) if record else None
-    record = record and known is None
-    dc = run_device(st, fn, device_values(unit, st.adapter.device()), record, profile=st.wants_trace(key))
-    st.counter = st.counter or dc.seen.state is not FallbackState.unknown
-    if dc.observed.state is FallbackState.observed:
-        st.traced[key] = -10**6  # fallback seen here: keep measuring its transfers
-    if dc.error is not None:
-        _failed(st, unit, uid, dc, result, str(dtype).removeprefix("torch."), lambda: _host_computes(ref, own))
-        if ref is None:
-            result.note = "; ".join(filter(None, [result.note, f"no reference: {no_ref}"]))
-            if result.outcome is Outcome.error and no_ref is not None and no_ref.endswith(f"({_refusal(dc.error)})"):
-                # the very refusal the CPU gave (an op's own argument check, jiterator off CUDA):
-                # the input is invalid everywhere, a clean rejection, not a device error
-                result.path, result.outcome = ExecPath.rejected, Outcome.ok
-                result.note += "; the device refuses it exactly as the CPU does"
-        return result
-    if known is not None:
-        result.path, result.components, result.note = known
-    else:
-        result.path, result.components, result.note = classify(st, unit.overload, dc)
-        if record:
-            st.learn_host_path(key, result.path, result.components, result.note)
-    apply_evidence(result, dc)
-    if ref is None:  # the CPU rejects this input: the device's behaviour is the evidence
-        result.note = "; ".join(filter(None, [result.note, f"no reference: {no_ref}; the device returned a value"]))
-        return result
-    _judged(st, fn, unit, dtype, opts, ref, dc.out, result, own)
-    return result
 
 
 class _TaskRun:
@@ -171,12 +61,14 @@ class _TaskRun:
         self.unsaved: dict[str, tuple[Any, ...]] = {}
         self.saved_at = time.perf_counter()
         self.dtype = getattr(torch, dtype_name)
+        self.claims_backward = claims_backward(entry, self.dtype)
         self.progress = progress or (lambda unit: None)
         self.results: list[SampleResult] = []
         self.autograd_budget: dict[Any, int] = {}
         self.compile_done: dict[Any, bool] = {}
         self.representative_done = False
         self.invalid = 0
+        self.samples = 0  # how many samples OpInfo yielded
         self.failed_units = 0  # units whose device call raised (their leftovers are freed)
         #: each sample's CPU reference, from its first layout: most layouts change memory, not values
         self.references: dict[tuple[str, bool], Reference] = {}
@@ -248,11 +140,19 @@ class _TaskRun:
                 ref = self.references[key] = reference(self.entry.info.op, unit.cpu_values, self.dtype,
                                                               unit.post)
             except Exception as exc:  # noqa: BLE001 - the CPU rejects this input: the device still runs
-                ref, no_ref = None, f"the CPU reference rejects this input ({_refusal(exc)})"
+                if self._layout_invalid(unit, uid, exc):
+                    return
+                ref, no_ref = None, f"the CPU reference rejects this input ({refusal_text(exc)})"
                 self.invalid += 1
         self.progress(uid)
         before = len(self.results)
         eager = self._eager(unit, ref, no_ref, own)
+        if eager.error is not None and own is not None:
+            try:
+                own()
+            except Exception as exc:  # noqa: BLE001 - the CPU refuses this layout of the sample too
+                if self._layout_invalid(unit, uid, exc):
+                    return
         self.results.append(eager)
         if ref is not None:
             self._backward(unit, eager)
@@ -261,6 +161,16 @@ class _TaskRun:
             self.failed_units += 1
             release_failed_calls()
 
+
+    def _layout_invalid(self, unit: Unit, uid: str, exc: BaseException) -> bool:
+        """A layout variant the CPU refuses although it takes the sample contiguous changes what
+        the op addresses (``as_strided`` reads the storage, which a layout rebuilds): not a variant
+        of this sample, so not a cell; listed as not run with the CPU's refusal."""
+        if unit.layout is Layout.contiguous or (unit.index, False) not in self.references:
+            return False
+        self.plan.not_run[uid] = (f"not run: the CPU refuses this sample in the {unit.layout.value} layout although it "
+                                  f"takes it contiguous (the layout changes what the op computes): {refusal_text(exc)}")
+        return True
 
     def _backward(self, unit: Unit, eager: SampleResult) -> None:
         """First-order backward as its own unit (budgeted per cell): a fault there is the
@@ -280,7 +190,11 @@ class _TaskRun:
             eager.note = "; ".join(filter(None, [eager.note, said]))
             return
         self.progress(bid)
-        eager.autograd = probe_backward(self.st, self.entry.info.op, unit, self.dtype, self.gradients)
+        try:
+            eager.autograd = probe_backward(self.st, self.entry.info.op, unit, self.dtype, self.gradients)
+        except NoGradient as why:
+            if self.claims_backward:  # OpInfo claims a backward here: its absence says why
+                eager.note = "; ".join(filter(None, [eager.note, f"backward not compared: {why}"]))
 
     def _eager(self, unit: Unit, ref: Reference | None, no_ref: str | None,
                own: Callable[[], Reference] | None) -> SampleResult:
@@ -292,13 +206,13 @@ class _TaskRun:
             if type(exc).__name__ in ("WorkerPoisoned", "Poisoned"):
                 raise
             return SampleResult(op=unit.overload, rank=unit.rank, layout=unit.layout, mode=Mode.eager,
-                                path=ExecPath.unknown, outcome=Outcome.error, features=unit.features,
+                                path=ExecPath.unknown, outcome=Outcome.error, features=unit.features, dtype=unit.dtype,
                                 error=ErrorInfo(type=type(exc).__name__, actionable=False,
                                                 message=f"opmatrix could not probe this sample: {where(exc)}"))
 
     def _maybe_compile(self, unit: Unit, ref: Reference, eager: SampleResult) -> None:
         opts = self.opts
-        unavailable = eager.path is ExecPath.rejected and eager.outcome is Outcome.ok
+        unavailable = eager.path is ExecPath.rejected and eager.outcome is Outcome.ok and not eager.unstaged
         representative = (
             not self.representative_done and eager.outcome is Outcome.ok and not unavailable
             and (opts.compile == "all" or (opts.compile == "auto" and self.dtype_name == opts.representative_dtype))
@@ -321,7 +235,9 @@ class _TaskRun:
         cells = cells_from_samples(self.results, self.dtype_name)
         faults = [r.outcome for r in self.results if r.outcome.is_fault]
         none = (f"no valid sample at {self.dtype_name}: the CPU reference rejected all {self.invalid}"
-                if self.invalid else f"OpInfo yields no samples at {self.dtype_name}")
+                if self.invalid else f"OpInfo yields no samples at {self.dtype_name}" if not self.samples
+                else f"none of OpInfo's {self.samples} samples at {self.dtype_name} involves a device: no tensor "
+                     f"in or out, or no layout asked for applies")
         return TaskRecord(
             task=tid, source=source, dtype=self.dtype_name, outcome=max(faults) if faults else Outcome.ok,
             cells=cells, seconds=round(time.perf_counter() - started, 3), not_run=dict(self.plan.not_run),
@@ -376,9 +292,16 @@ def probe_task(adapter_or_ctx: Any, source: str, dtype_name: str, *, options: Ma
     except Exception as exc:  # noqa: BLE001 - OpInfo cannot make samples for this dtype
         return TaskRecord(task=tid, source=source, dtype=dtype_name, outcome=Outcome.ok,
                           skipped=f"OpInfo yields no samples at {dtype_name}: {type(exc).__name__}: {str(exc)[:200]}")
+    if samples and not any(holds_dtype((s.input, tuple(s.args), dict(s.kwargs)), dtype) for s in samples):
+        held = sorted({d for s in samples for d in [dtype_of((s.input, tuple(s.args), dict(s.kwargs)))] if d})
+        return TaskRecord(task=tid, source=source, dtype=dtype_name, outcome=Outcome.ok,
+                          skipped=f"no sample holds {dtype_name}: OpInfo's {len(samples)} samples at {dtype_name} hold "
+                                  f"{', '.join(held) or 'no tensor'} (cells are filed under the dtype passed)")
+    masks = grad_masks(entry, dtype, samples, opts)
     run = _TaskRun(st, entry, dtype_name, opts, SkipPlan(skip, skip_rest), progress, ctx)
-    for unit in units(st, entry, samples, opts, values_undefined(entry, dtype)):
+    for unit in units(st, entry, samples, opts, values_undefined(entry, dtype), masks):
         run.unit(unit)
+    run.samples = len(samples)
     if run.failed_units:
         release_failed_calls(full=True)
     st.overloads.flush(every=5.0)  # a worker killed before the next merge only costs a re-record

@@ -18,17 +18,17 @@ A unit that is not run is not a cell: it is listed in ``TaskRecord.not_run`` wit
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from opmatrix.schema import ErrorInfo, Outcome, UnitId
+from opmatrix.schema import ErrorInfo, ExecPath, Outcome, UnitId
 
 from .cells import SampleResult
 from .classify import fault_path
 from .state import EngineState
 from .units import Unit
 
-__all__ = ["Poisoned", "SkipPlan", "fault_from_exception", "fault_result", "poisoned_error"]
+__all__ = ["Poisoned", "SkipPlan", "failed_call", "fault_from_exception", "fault_result", "poisoned_error"]
 
 
 class Poisoned(Exception):
@@ -49,21 +49,42 @@ def poisoned_error(unit: str, message: str) -> Exception:
 
 
 def fault_from_exception(st: EngineState, unit_id: str, exc: BaseException) -> Outcome | None:
-    """None for a clean rejection (no health check: a rejection never poisons); otherwise
-    ``oom`` or ``error``, or raise :func:`poisoned_error` when the device check that passed
-    before fails now (positive evidence only)."""
+    """None for a clean rejection: a message that names what is unsupported, after which the
+    device's health check still passes; otherwise ``oom`` or ``error``, or raise
+    :func:`poisoned_error` when the device check that passed before fails now (positive evidence
+    only). A refusal that leaves the device unusable is no clean rejection."""
     verdict = st.adapter.classify_exception(exc)
-    if verdict.outcome == "rejected":
-        return None
-    problem = st.adapter.poisoned_after_fault()
+    problem = None if st.adapter.is_host else st.adapter.poisoned_after_fault()
     if problem is not None:
         raise poisoned_error(unit_id, f"device unusable after {type(exc).__name__}: {problem}")
+    if verdict.outcome == "rejected":
+        return None
     return Outcome.oom if verdict.outcome == "oom" else Outcome.error
+
+
+def failed_call(st: EngineState, overload: str, unit_id: str, exc: BaseException, fell_back: bool,
+                host_computes: Callable[[], bool]) -> tuple[ExecPath, Outcome, str | None]:
+    """Path, outcome and note of a device call that raised, the same in eager and compiled mode.
+
+    A clean refusal with nothing run on the host is ``rejected``. When the host ran (part of) the
+    call first, which side raised decides: if the CPU computes this input (``host_computes``,
+    asked only then), the host's side succeeded and the device's failed (torch_xla's
+    ``to_sparse`` copies a sparse host result back to a device without sparse tensors): fallback
+    with outcome error. If the CPU refuses it too, the host's own refusal came through the
+    fallback: rejected. A fault keeps the fallback it showed, else the dispatcher's kernel."""
+    fault = fault_from_exception(st, unit_id, exc)
+    if fault is None and fell_back and host_computes():
+        return ExecPath.fallback, Outcome.error, "ran on the host, then the device side failed (the CPU computes this sample)"
+    if fault is None:
+        return ExecPath.rejected, Outcome.ok, None
+    if fell_back:
+        return ExecPath.fallback, fault, None
+    return fault_path(st, overload), fault, None
 
 
 def fault_result(st: EngineState, unit: Unit, mode: Any, fault: Any) -> SampleResult:
     """The cell of a unit the runner saw fault (crashed, hung, poisoned, oom)."""
-    return SampleResult(op=unit.overload, rank=unit.rank, layout=unit.layout, mode=mode,
+    return SampleResult(op=unit.overload, rank=unit.rank, layout=unit.layout, mode=mode, dtype=unit.dtype,
                         path=fault_path(st, unit.overload), outcome=Outcome(fault.outcome), features=unit.features,
                         error=ErrorInfo(type=fault.outcome, message=fault.message[:500], actionable=False,
                                         signal=fault.signal))

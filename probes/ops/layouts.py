@@ -40,10 +40,21 @@ def _strided_base(view: torch.Tensor) -> Variant:
     return Variant(flat, view)
 
 
+def _partial(t: torch.Tensor) -> bool:
+    """Whether ``t`` views only part of its storage (an op like ``as_strided`` may read the rest)."""
+    try:
+        return t.storage_offset() != 0 or t.numel() * t.element_size() != t.untyped_storage().nbytes()
+    except (RuntimeError, NotImplementedError):  # no storage to speak of (a functional wrapper)
+        return False
+
+
 def make_variant(t: torch.Tensor, layout: Layout) -> Variant | None:
-    """The ``layout`` variant of contiguous CPU tensor ``t`` (same values), or None if n/a."""
+    """The ``layout`` variant of contiguous CPU tensor ``t`` (same values), or None if n/a.
+
+    The contiguous variant of a view into a larger storage keeps that storage: the device gets a
+    copy of all of it and the same view over it (``as_strided`` samples read outside the view)."""
     if layout is Layout.contiguous:
-        return Variant(t, t)
+        return _strided_base(t) if _partial(t) else Variant(t, t)
     if t.dim() == 0 or t.numel() == 0:
         return None
     if layout is Layout.noncontiguous:

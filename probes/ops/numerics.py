@@ -17,7 +17,8 @@ from typing import Any
 import torch
 import yaml
 
-__all__ = ["Comparison", "compare", "dtype_mismatch", "leaves", "tolerance_for", "upcast_dtype", "values_comparable"]
+__all__ = ["Comparison", "compare", "dtype_mismatch", "leaves", "moments_differ", "tolerance_for", "upcast_dtype",
+           "values_comparable", "values_random"]
 
 _LOW_PRECISION = {torch.float16: torch.float32, torch.bfloat16: torch.float32, torch.complex32: torch.complex64}
 
@@ -51,6 +52,21 @@ def values_comparable(op_name: str) -> bool:
     return not any(fnmatch.fnmatchcase(op_name, p) for p in _table().get("not_comparable", []))
 
 
+@functools.lru_cache(maxsize=4096)
+def values_random(op_name: str) -> bool:
+    """True for ops whose values are random draws: their distribution's moments are compared."""
+    return any(fnmatch.fnmatchcase(op_name, p) for p in _table().get("random", []))
+
+
+#: dtypes the host has no comparison kernels for (``torch.equal`` on ComplexHalf, float8): their
+#: outputs are compared in the dtype beside them, which holds every value exactly
+_COMPARE_AS: dict[torch.dtype, torch.dtype] = {
+    torch.complex32: torch.complex64,
+    **{getattr(torch, n): torch.float32 for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
+                                                 "float8_e8m0fnu") if hasattr(torch, n)},
+}
+
+
 @functools.lru_cache(maxsize=8192)  # fnmatch over every rule, per call, was 5% of a probe
 def tolerance_for(op_name: str, dtype: torch.dtype) -> tuple[float, float]:
     """(rtol, atol) for ``op_name`` at ``dtype``: a per-op override, else assert_close's default."""
@@ -69,6 +85,8 @@ class Comparison:
     max_abs: float | None = None
     max_rel: float | None = None
     detail: str = ""
+    #: values outside tolerance (exact dtypes: values that differ), when counted
+    mismatched: int | None = None
 
 
 def leaves(obj: Any) -> list[Any]:
@@ -112,6 +130,9 @@ def compare(actual: Any, expected: Any, rtol: float, atol: float, *, values: boo
                 return Comparison(False, detail=f"output {i} shape {tuple(a.shape)} != {tuple(e.shape)}")
             if not values or e.numel() == 0:
                 continue
+            wide = _COMPARE_AS.get(e.dtype)
+            if wide is not None:
+                a, e = a.to(wide), e.to(wide)
             if a.dtype != e.dtype:
                 if a.is_floating_point() or a.is_complex():
                     a = a.to(e.dtype)
@@ -122,7 +143,8 @@ def compare(actual: Any, expected: Any, rtol: float, atol: float, *, values: boo
                 max_abs = max(max_abs, res.max_abs)
                 max_rel = max(max_rel, res.max_rel or 0.0)
             if not res.ok:
-                return Comparison(False, max_abs, max_rel, f"output {i}: {res.detail}")
+                return Comparison(False, max(max_abs, res.max_abs or 0.0), max(max_rel, res.max_rel or 0.0),
+                                  f"output {i}: {res.detail}", res.mismatched)
         elif values and a != e and not (isinstance(e, float) and e != e and a != a):
             if isinstance(e, (int, float, complex)) and isinstance(a, (int, float, complex)):
                 if abs(a - e) <= atol + rtol * abs(e):
@@ -133,12 +155,15 @@ def compare(actual: Any, expected: Any, rtol: float, atol: float, *, values: boo
 
 def _compare_tensor(a: torch.Tensor, e: torch.Tensor, rtol: float, atol: float) -> Comparison:
     if e.dtype == torch.bool or not (e.is_floating_point() or e.is_complex()):
-        equal = torch.equal(a, e)
-        diff = None
-        if not equal:
-            mism = (a != e).sum().item()
-            return Comparison(False, None, None, f"{mism} of {e.numel()} values differ (exact dtype)")
-        return Comparison(True, 0.0 if diff is None else diff, 0.0)
+        if torch.equal(a, e):
+            return Comparison(True, 0.0, 0.0)
+        # the error in a wide type (an int64 difference can overflow; bool has no subtraction)
+        a64, e64 = a.to(torch.float64), e.to(torch.float64)
+        err = (a64 - e64).abs()
+        rel = torch.where(err == 0, torch.zeros_like(err), err / e64.abs().clamp_min(1.0))
+        mism = int((a != e).sum().item())
+        return Comparison(False, float(err.max().item()), float(rel.max().item()),
+                          f"{mism} of {e.numel()} values differ (exact dtype)", mism)
     if torch.equal(a, e):  # bitwise-equal outputs (the common case) need no error arithmetic
         return Comparison(True, 0.0, 0.0)
     a64 = a.to(torch.complex128 if e.is_complex() else torch.float64)
@@ -156,5 +181,37 @@ def _compare_tensor(a: torch.Tensor, e: torch.Tensor, rtol: float, atol: float) 
     max_rel = float(rel.max().item()) if rel.numel() else 0.0
     if bool(bad.any()):
         n = int(bad.sum().item())
-        return Comparison(False, max_abs, max_rel, f"{n} of {e.numel()} values outside atol={atol:g} rtol={rtol:g}")
+        return Comparison(False, max_abs, max_rel, f"{n} of {e.numel()} values outside atol={atol:g} rtol={rtol:g}", n)
     return Comparison(True, max_abs, max_rel)
+
+
+#: random draws are compared by their first two moments when they have at least this many values
+_MOMENT_MIN = 16
+#: how many standard errors two draws' means (and standard deviations) may differ by: a wrong
+#: distribution (a constant, another scale) is far outside; two honest draws almost never are
+_MOMENT_SIGMAS = 8.0
+
+
+def moments_differ(actual: Any, expected: Any) -> str | None:
+    """Why two random draws of one distribution (the device's and the CPU's, same arguments) do
+    not look alike (mean, standard deviation), or None. Values are never compared one by one."""
+    for i, (a, e) in enumerate(zip(leaves(actual), leaves(expected), strict=False)):
+        if not (isinstance(a, torch.Tensor) and isinstance(e, torch.Tensor)) or e.numel() < _MOMENT_MIN:
+            continue
+        if e.is_complex() or a.shape != e.shape:
+            continue
+        a64, e64 = a.detach().to(torch.float64).flatten(), e.detach().to(torch.float64).flatten()
+        if not (bool(torch.isfinite(a64).all()) and bool(torch.isfinite(e64).all())):
+            continue  # heavy tails (cauchy) or infinities: moments say nothing
+        n = e64.numel()
+        va, ve = float(a64.var()), float(e64.var())
+        mean_se = ((va + ve) / n) ** 0.5
+        da = abs(float(a64.mean()) - float(e64.mean()))
+        if da > _MOMENT_SIGMAS * mean_se + 1e-6 * (1 + abs(float(e64.mean()))):
+            return (f"output {i}: mean {float(a64.mean()):.4g}, the CPU's draw {float(e64.mean()):.4g} "
+                    f"({da / max(mean_se, 1e-300):.1f} standard errors apart)")
+        sa, se = va ** 0.5, ve ** 0.5
+        std_se = ((va + ve) / (2 * n)) ** 0.5 * 2.0  # generous: tails heavier than normal
+        if abs(sa - se) > _MOMENT_SIGMAS * std_se + 1e-6 * (1 + se):
+            return f"output {i}: standard deviation {sa:.4g}, the CPU's draw {se:.4g}"
+    return None

@@ -18,14 +18,15 @@ import torch
 
 from opmatrix.schema import TENSOR, Layout, UnitId, features_of
 from opmatrix.schema.conditions import INPUT
+from opmatrix.schema.enums import DTYPES
 
 from . import observe
 from .layouts import primary_tensor, to_device, transform_sample
 from .source import OpEntry
 from .state import EngineState, ProbeOptions
-from .values import call, identity, map_tensors
+from .values import call, identity, map_tensors, tensors_in
 
-__all__ = ["Unit", "device_values", "overload_of", "unit_id", "units", "values_key"]
+__all__ = ["Unit", "device_values", "dtype_of", "holds_dtype", "overload_of", "unit_id", "units", "values_key"]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -71,6 +72,13 @@ class Unit:
     features: dict[str, str]
     post: Callable[[Any], Any] = identity  # the sample's output_process_fn_grad
     undefined: str | None = None  # why the values cannot be compared (OpInfo; dropout_p > 0)
+    #: the dtype the cell is filed under: the first tensor's (a factory's: its output's)
+    dtype: str = ""
+    #: a factory sample (no tensor input): it runs with ``device=`` the probed device
+    factory: bool = False
+    #: per tensor of the values (in :func:`map_tensors` order), whether OpInfo's own
+    #: ``requires_grad=True`` generation asks for its gradient; None: not known
+    grad_mask: tuple[bool, ...] | None = None
 
 
 def unit_id(unit: Unit, step: str) -> str:
@@ -85,8 +93,28 @@ def values_key(unit: Unit) -> tuple[str, bool]:
 
 
 def device_values(unit: Unit, device: Any) -> Any:
-    """The unit's values with every tensor on ``device`` in the unit's layout."""
-    return map_tensors(unit.variants, lambda v: to_device(v, device))
+    """The unit's values with every tensor on ``device`` in the unit's layout; a factory
+    sample's with ``device=`` the device (the CPU one's says ``device="cpu"`` or nothing)."""
+    values = map_tensors(unit.variants, lambda v: to_device(v, device))
+    if unit.factory:
+        inp, args, kwargs = values
+        values = (inp, args, {**kwargs, "device": device})
+    return values
+
+
+def dtype_of(values: Any) -> str | None:
+    """The dtype a sample is filed under: its first tensor's that the matrix can name."""
+    for t in tensors_in(values):
+        name = str(t.dtype).removeprefix("torch.")
+        if name in DTYPES:
+            return name
+    return None
+
+
+def holds_dtype(values: Any, dtype: torch.dtype) -> bool:
+    """Whether any tensor of the sample (or a factory's ``dtype=``) is of ``dtype``."""
+    inp, args, kwargs = values
+    return kwargs.get("dtype") == dtype or any(t.dtype == dtype for t in tensors_in(values))
 
 
 def overload_of(st: EngineState, entry: OpEntry, values: Any) -> str:
@@ -144,11 +172,20 @@ def _arg_variants(overload: str, base: Any) -> list[Any]:
     return out
 
 
-def units(st: EngineState, entry: OpEntry, samples: list[Any], opts: ProbeOptions, undefined: str | None
-           ) -> Iterator[Unit]:
+def units(st: EngineState, entry: OpEntry, samples: list[Any], opts: ProbeOptions, undefined: str | None,
+          masks: list[tuple[bool, ...] | None] | None = None) -> Iterator[Unit]:
+    """Every unit of the samples: argument variants x layouts; a factory sample (no tensor
+    input) is one contiguous unit. ``masks``: per sample, which tensors OpInfo's gradient
+    generation marks (see :func:`grad_masks`)."""
     seen_dims: set[Any] = set()
     for i, s in enumerate(samples):
         first = (s.input, tuple(s.args), dict(s.kwargs))
+        mask = masks[i] if masks is not None and i < len(masks) else None
+        if primary_tensor(first) is None:
+            factory = _factory_unit(st, entry, str(i), first, opts, undefined)
+            if factory is not None:
+                yield factory
+            continue
         overload0 = overload_of(st, entry, first)
         bases = [(str(i), first)]
         for k, v in enumerate(_arg_variants(overload0, first)):
@@ -162,7 +199,34 @@ def units(st: EngineState, entry: OpEntry, samples: list[Any], opts: ProbeOption
         for index, base in bases:
             for unit in _layout_units(st, entry, index, base, opts, overload0):
                 unit.post, unit.undefined = post, undefined or random
+                unit.grad_mask = mask
                 yield unit
+
+
+def _factory_unit(st: EngineState, entry: OpEntry, index: str, values: Any, opts: ProbeOptions,
+                  undefined: str | None) -> Unit | None:
+    """The unit of a sample with no tensor input (``zeros``, ``arange``, a window function): it runs
+    with ``device=`` the device and the sample's dtype; rank and dtype come from the CPU's output.
+    None when the layout set has no ``contiguous`` or the CPU's output holds no tensor either
+    (``broadcast_shapes``: no device is involved)."""
+    if Layout.contiguous not in opts.layouts:
+        return None
+    try:
+        out = call(entry.info.op, values)
+    except Exception:  # noqa: BLE001 - the CPU rejects it: the device still runs, the cell says why
+        out = None
+    produced = tensors_in(out) if out is not None else []
+    if out is not None and not produced:
+        return None
+    kw_dtype = values[2].get("dtype")
+    dtype = (str(kw_dtype).removeprefix("torch.") if isinstance(kw_dtype, torch.dtype)
+             else dtype_of(out) if produced else None) or ""
+    rank = produced[0].dim() if produced else 0
+    overload = overload_of(st, entry, values)
+    features = _named_features(overload, values, rank)
+    features.pop("device", None)  # the device is the probe's, not an argument condition
+    return Unit(index, Layout.contiguous, values, values, rank, overload, features, undefined=undefined,
+                dtype=dtype if dtype in DTYPES else "", factory=True)
 
 
 def _number(value: Any) -> float:
@@ -178,4 +242,5 @@ def _layout_units(st: EngineState, entry: OpEntry, index: str, base: Any, opts: 
         cpu_values = map_tensors(variants, lambda v: v.view)
         primary = primary_tensor(cpu_values)
         rank = primary.dim() if primary is not None else 0
-        yield Unit(index, layout, cpu_values, variants, rank, overload, _named_features(overload, base, rank))
+        yield Unit(index, layout, cpu_values, variants, rank, overload, _named_features(overload, base, rank),
+                   dtype=dtype_of(cpu_values) or "")

@@ -18,13 +18,25 @@ from opmatrix.schema import ErrorInfo
 
 from .layouts import Variant, map_values
 
-__all__ = ["UnreadableError", "call", "error_info", "identity", "map_tensors", "readable", "root_cause", "to_cpu",
+__all__ = ["UnreadableError", "call", "error_info", "identity", "map_tensors", "readable", "root_cause", "tensors_in", "to_cpu",
            "upcast", "where"]
 
 
 def map_tensors(obj: Any, fn: Callable[[Any], Any]) -> Any:
     """``fn`` applied to every tensor (and layout :class:`Variant`) inside ``obj``."""
     return map_values(obj, fn, (torch.Tensor, Variant))
+
+
+def tensors_in(obj: Any) -> list[torch.Tensor]:
+    """Every tensor inside ``obj`` (nested tuples, lists, dicts), in :func:`map_tensors` order."""
+    found: list[torch.Tensor] = []
+
+    def keep(t: torch.Tensor) -> torch.Tensor:
+        found.append(t)
+        return t
+
+    map_values(obj, keep)
+    return found
 
 
 def to_cpu(obj: Any) -> Any:
