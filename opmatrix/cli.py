@@ -94,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("validate", help="validate matrix or contract files; exit 2 if invalid")
     p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("--strict", action="store_true",
+                   help="also refuse a matrix without an integrity block (unless --allow-unsealed)")
+    p.add_argument("--allow-unsealed", action="store_true", help="with --strict: accept unsealed matrices, saying so")
 
     p = sub.add_parser("query", help="how does OP run for a dtype / rank / layout?")
     p.add_argument("matrix", metavar="MATRIX")
@@ -192,6 +195,13 @@ def _validate(args: argparse.Namespace) -> int:
             continue
         if isinstance(model, Matrix):
             what = f"matrix, {count_matrix(model).line()}"
+            if model.integrity is None:
+                if args.strict and not args.allow_unsealed:
+                    bad += 1
+                    print(f"{path}: unsealed matrix (no integrity block): nothing shows it was not edited or cut "
+                          "short; regenerate it with opmatrix probe/merge, or pass --allow-unsealed", file=sys.stderr)
+                    continue
+                what += "; UNSEALED: no integrity block, content not proven unedited"
         elif isinstance(model, Contract):
             what = f"contract, release {model.release}, level {model.level}"
         else:  # pragma: no cover - validate_file returns one of the two

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import difflib
 import enum
-import json
 import os
 import re
 from pathlib import Path
@@ -227,9 +226,8 @@ def load_matrix(path: str | os.PathLike[str], *, pure: bool = False) -> Matrix:
         if loaded.integrity is None or digest != loaded.integrity.digest:
             return loaded, None
         # a sealed document is the writer's plain data, and its canonical JSON (the digest's) is
-        # already made: the cache entry is that JSON with the integrity block put back in front
-        seal = json.dumps(data["integrity"], separators=(",", ":"))
-        return loaded, '{"integrity":' + seal + "," + content[1:]
+        # already made: the cache entry is that JSON behind the seal (sidecar.entry_text)
+        return loaded, content
 
     return load_cached(path, Matrix, parse, lambda: load_model(path, Matrix))
 

@@ -8,11 +8,14 @@ model is also kept as JSON under a key made of
 - the SHA-256 of the YAML file's bytes (an edited file never hits a stale entry), and
 - a hash of the schema package's source and the opmatrix version (a schema change misses),
 
-like ``__pycache__`` for a module. The JSON is validated again when read, so a corrupted entry
-is only a miss; the matrix's integrity digest, checked on the YAML when the entry was written,
-is not recomputed on a hit (a quarter of a second on a full matrix), its counts are. Location:
-``matrices/`` under :func:`opmatrix.schema.files.cache_dir`'s root; ``OPMATRIX_NO_CACHE=1``
-turns it off. A cache that cannot be written (read-only home) is
+like ``__pycache__`` for a module. The cache never decides on its own: only a sealed matrix is
+kept, and its entry is the integrity block followed by the canonical JSON of the content that the
+block's digest covers. A hit re-checks the entry against the YAML's own ``integrity`` (read from
+the YAML text: the same counts and digest) and re-hashes the entry's content against that digest
+(SHA-256 of a few MB: milliseconds, not the quarter second of dumping the model again); any
+mismatch (a forged or stale entry in a CI cache shared across jobs) is a miss, and the strict load
+rewrites the entry. An unsealed matrix is never cached. Location: ``matrices/`` under
+:func:`opmatrix.schema.files.cache_dir`'s root; ``OPMATRIX_NO_CACHE=1`` turns it off. A cache that cannot be written (read-only home) is
 skipped: it only ever saves time. Every reader of a matrix (``Matrix.load``, the gate, reports,
 ``validate``, ``diff``) goes through ``load_matrix`` and so through this cache.
 """
@@ -23,6 +26,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -33,7 +37,47 @@ from .files import cache_dir, write_text_atomic
 from .matrix import DIGEST_VERIFIED
 from .version import __version__
 
-__all__ = ["load_cached", "remember"]
+__all__ = ["entry_text", "load_cached", "remember", "yaml_seal"]
+
+#: the integrity block as every writer dumps it (sorted keys, block style) at the top level of the YAML
+_SEAL = re.compile(rb"^integrity:\n  cells: (\d+)\n  digest: (sha256:[0-9a-f]{64})\n  operators: (\d+)$", re.M)
+
+
+def yaml_seal(data: bytes) -> tuple[int, str, int] | None:
+    """(cells, digest, operators) of the integrity block written at the top level of matrix YAML bytes.
+
+    None when there is none, or more than one line that looks like one (then the strict load decides).
+    """
+    found = _SEAL.findall(data)
+    if len(found) != 1:
+        return None
+    cells, digest, operators = found[0]
+    return int(cells), digest.decode(), int(operators)
+
+
+def _prefix(seal: tuple[int, str, int]) -> str:
+    cells, digest, operators = seal
+    return f'{{"integrity":{{"cells":{cells},"digest":"{digest}","operators":{operators}}},'
+
+
+def _content_digest(canonical: str) -> str:
+    return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def entry_text(seal: tuple[int, str, int], canonical: str) -> str | None:
+    """The cache entry for a sealed matrix: its seal, then the canonical JSON of its content.
+
+    None when ``canonical`` is not the content the seal's digest covers (nothing is stored then).
+    """
+    if not canonical.startswith("{") or canonical == "{}" or _content_digest(canonical) != seal[1]:
+        return None
+    return _prefix(seal) + canonical[1:]
+
+
+def _verified(entry: str, seal: tuple[int, str, int]) -> bool:
+    """Whether ``entry`` carries exactly the YAML's seal and content that hashes to its digest."""
+    prefix = _prefix(seal)
+    return entry.startswith(prefix) and _content_digest("{" + entry[len(prefix):]) == seal[1]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -55,19 +99,25 @@ def _entry(folder: Path, data: bytes, model: type[BaseModel]) -> Path:
 
 
 def remember(data: bytes, model: type[BaseModel], content: dict[str, Any]) -> None:
-    """Store ``content`` (the plain data of a validated ``model``) as the entry of the bytes ``data``.
+    """Store ``content`` (the plain data of a validated, sealed ``model``) as the entry of the bytes ``data``.
 
     For writers: the artifact they just wrote is ``data``, made by dumping ``content``, so its
     strict load would validate ``content`` itself (the YAML dump and parse of plain data round-trip,
-    which ``tests/test_schema_io.py`` checks on generated and hostile matrices). An entry that is
-    already there is kept; a cache that cannot be written is skipped.
+    which ``tests/test_schema_io.py`` checks on generated and hostile matrices). Stored only when the
+    YAML carries a seal whose digest is that of ``content``; an entry that is already there is kept;
+    a cache that cannot be written is skipped.
     """
     folder = cache_dir("matrices")
-    if folder is None:
+    seal = yaml_seal(data)
+    if folder is None or seal is None:
         return
     entry = _entry(folder, data, model)
-    if not entry.exists():
-        _store(entry, content)
+    if entry.exists():
+        return
+    body = {k: v for k, v in content.items() if k != "integrity"}
+    text = entry_text(seal, json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=True))
+    if text is not None:
+        _store(entry, text)
 
 
 def _store(entry: Path, content: Any) -> None:
@@ -83,12 +133,13 @@ def _store(entry: Path, content: Any) -> None:
 
 def load_cached(path: str | os.PathLike[str], model: type[M],
                 parse: Callable[[str, str], tuple[M, str | None]], strict: Callable[[], M]) -> M:
-    """``strict()``'s model of ``path``, served from the cache when the same bytes were loaded before.
+    """``strict()``'s model of ``path``, served from the cache when the same sealed bytes were loaded before.
 
-    ``parse(text, where)`` validates the text strictly (a miss) and returns the model with, where
-    it has it, the JSON of the model's plain data (a document that is exactly what a writer
-    dumped), which is then stored as is instead of dumping the model again; ``strict()`` loads the file when it
-    cannot be read or decoded here, so that its errors are worded as always.
+    ``parse(text, where)`` validates the text strictly (a miss) and returns the model with, for a
+    sealed document that is exactly what a writer dumped, the canonical JSON of its content (what
+    the seal's digest covers), which becomes the entry; ``strict()`` loads the file when it cannot
+    be read or decoded here, so that its errors are worded as always. A hit must pass
+    :func:`_verified` against the YAML's own seal before it is used.
     """
     folder = cache_dir("matrices")
     if folder is None:
@@ -98,15 +149,21 @@ def load_cached(path: str | os.PathLike[str], model: type[M],
     except OSError:
         return strict()
     entry = _entry(folder, data, model)
-    try:
-        return model.model_validate_json(entry.read_bytes(), context={DIGEST_VERIFIED: True})
-    except (OSError, ValidationError):
-        pass  # a miss (or an entry that is not valid any more): load strictly
+    seal = yaml_seal(data)
+    if seal is not None:
+        try:
+            cached = entry.read_text(encoding="utf-8")
+            if _verified(cached, seal):
+                return model.model_validate_json(cached, context={DIGEST_VERIFIED: True})
+        except (OSError, UnicodeDecodeError, ValidationError):
+            pass  # a miss (or an entry that is not valid any more): load strictly
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         return strict()
     # parse the very bytes that were hashed: a file replaced meanwhile cannot poison the entry
     loaded, content = parse(text, str(path))
-    _store(entry, content if content is not None else loaded.model_dump(mode="json"))
+    stored = entry_text(seal, content) if seal is not None and content is not None else None
+    if stored is not None:
+        _store(entry, stored)
     return loaded
