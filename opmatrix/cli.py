@@ -230,8 +230,13 @@ def _handler(verb: str) -> Callable[[argparse.Namespace], int] | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code."""
+    _tolerant_streams()
     parser = build_parser()
     args = parser.parse_args(argv)
+    bad = _non_utf8_argument(args)
+    if bad is not None:
+        print(f"opmatrix {args.verb}: {bad}", file=sys.stderr)
+        return 2
     if args.version:
         from opmatrix import __version__
 
@@ -265,6 +270,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("opmatrix: interrupted", file=sys.stderr)
         return 130
+    except RecursionError:  # a reader without its own bound met a hostile nesting depth
+        print(f"opmatrix {args.verb}: an input is nested too deeply to read (JSON or YAML hundreds of levels deep); "
+              "it is not an opmatrix artifact", file=sys.stderr)
+        return 2
+
+
+def _tolerant_streams() -> None:
+    """Output never fails on a character the terminal cannot show: under the C locale symbols fall back
+    to ASCII, and a non-UTF-8 byte (a file name) is shown escaped."""
+    from opmatrix.schema.text import FALLBACK_ERRORS
+
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors=FALLBACK_ERRORS)
+
+
+def _non_utf8_argument(args: argparse.Namespace) -> str | None:
+    """The first argument holding bytes that are not UTF-8, named with escapes (None when all are text).
+
+    Paths and operator names end up in UTF-8 artifacts (headers, journals, pages), which cannot hold
+    such bytes: refused before any work, rather than a traceback half-way."""
+    from opmatrix.schema.text import non_utf8
+
+    for name, value in vars(args).items():
+        for item in value if isinstance(value, list) else [value]:
+            shown = non_utf8(item) if isinstance(item, str) else None
+            if shown is not None:
+                option = name if name in ("matrix", "op", "files", "journals", "a", "b") else "--" + name.replace("_", "-")
+                return (f"{option} '{shown}': not valid UTF-8 (the escapes are the bytes that are not); opmatrix "
+                        "writes names and paths into UTF-8 artifacts: use a UTF-8 name")
+    return None
 
 
 def _silence_stdout() -> None:

@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from opmatrix.schema import ArtifactError, GateResult, Matrix
+from opmatrix.schema.yamlload import loads_json
 
 __all__ = ["GateRow", "GateTable", "GateView", "check_gate_pair", "gate_view", "load_gate"]
 
@@ -181,7 +182,7 @@ def load_gate(path: str | os.PathLike[str], matrix: Matrix | None = None) -> Gat
 
     With ``matrix``, the result must be that matrix's (:func:`check_gate_pair`)."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = loads_json(Path(path).read_text(encoding="utf-8"), str(path))
     except FileNotFoundError:
         raise ArtifactError([f"{path}: no such file (expected the JSON of `opmatrix gate --json`)"]) from None
     except (OSError, UnicodeDecodeError) as exc:

@@ -28,6 +28,7 @@ from .gcpause import gc_paused
 from .io import ArtifactError
 from .journal import JournalHeader, RuntimeRecord, TaskRecord
 from .workloads import WorkloadRecord
+from .yamlload import loads_json
 
 __all__ = ["JournalScan", "Record", "parse_record", "scan_journal"]
 
@@ -97,7 +98,7 @@ class JournalScan:
 def _line_record(raw: bytes, where: str, fix: str, strict: bool) -> Record | dict[str, Any] | None:
     """The record on one line; None when the line is not JSON at all."""
     try:
-        data = json.loads(raw.decode("utf-8"))
+        data = loads_json(raw.decode("utf-8"), where)
     except (UnicodeDecodeError, json.JSONDecodeError):
         return None
     try:

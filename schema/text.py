@@ -9,9 +9,43 @@ written raw to a terminal can recolour, retitle or rewrite what a reviewer sees:
 
 from __future__ import annotations
 
+import codecs
 import re
 
-__all__ = ["recorded_text", "terminal_text"]
+__all__ = ["ASCII_SYMBOLS", "FALLBACK_ERRORS", "non_utf8", "recorded_text", "terminal_text"]
+
+#: symbols opmatrix prints, and what a terminal that cannot show them (the plain C locale) gets instead
+ASCII_SYMBOLS: dict[str, str] = {
+    "\u2705": "[ok]", "\u274c": "[x]", "\u2192": "->", "\u00d7": "x", "\u2026": "...", "\u2264": "<=",
+    "\u2265": ">=", "\u2014": "--", "\u2013": "-", "\u26a0": "!", "\u2713": "ok", "\u2717": "x", "\u00b7": "*",
+}
+
+#: the error handler for output streams: known symbols in ASCII, anything else as an escape
+FALLBACK_ERRORS = "opmatrix.fallback"
+
+
+def _escape(ch: str) -> str:
+    code = ord(ch)
+    if 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8 (surrogateescape): shown as that byte
+        return f"\\x{code - 0xDC00:02x}"
+    return ASCII_SYMBOLS.get(ch) or ch.encode("ascii", "backslashreplace").decode("ascii")
+
+
+def _fallback(exc: UnicodeError) -> tuple[str, int]:
+    if not isinstance(exc, UnicodeEncodeError):
+        raise exc
+    return "".join(_escape(ch) for ch in exc.object[exc.start:exc.end]), exc.end
+
+
+codecs.register_error(FALLBACK_ERRORS, _fallback)
+
+
+def non_utf8(text: str) -> str | None:
+    """``text`` with its non-UTF-8 bytes escaped (``site-\\xfe``) when it has any (from a file name or
+    an argument the OS handed over undecoded), else None."""
+    if not any(0xDC80 <= ord(ch) <= 0xDCFF for ch in text):
+        return None
+    return "".join(_escape(ch) if 0xDC80 <= ord(ch) <= 0xDCFF else ch for ch in text)
 
 # C0 and C1 controls and DEL, but not newline and tab (the layout of the text itself)
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")

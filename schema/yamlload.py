@@ -17,7 +17,9 @@ of :func:`loads_yaml`'s strict loader::
 
 from __future__ import annotations
 
+import json
 import re
+import sys
 from typing import Any
 
 import yaml
@@ -33,7 +35,11 @@ from yaml.events import (
 )
 from yaml.nodes import ScalarNode
 
-__all__ = ["HAVE_LIBYAML", "ArtifactError", "loads_yaml"]
+__all__ = ["HAVE_LIBYAML", "MAX_DEPTH", "ArtifactError", "loads_json", "loads_yaml"]
+
+#: deepest nesting of mappings and lists an artifact may have (a matrix needs about 8): a deeper
+#: document is hostile or broken, refused before it can exhaust the parser's stack
+MAX_DEPTH = 64
 
 HAVE_LIBYAML = bool(getattr(yaml, "__with_libyaml__", False))
 
@@ -115,7 +121,9 @@ def _loader(pure: bool) -> type:
 
 def _strict_load(text: str, where: str, pure: bool) -> Any:
     try:
-        return yaml.load(text, Loader=_loader(pure))  # noqa: S506 - a SafeLoader subclass
+        data = yaml.load(text, Loader=_loader(pure))  # noqa: S506 - a SafeLoader subclass
+    except RecursionError:
+        raise _too_deep(where, "?") from None
     except yaml.constructor.ConstructorError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else "?"
         problem = exc.problem or str(exc)
@@ -129,6 +137,9 @@ def _strict_load(text: str, where: str, pure: bool) -> Any:
         raise ArtifactError([f"{where}:{line}: malformed YAML: {exc.problem}"]) from None
     except yaml.YAMLError as exc:
         raise ArtifactError([f"{where}: malformed YAML: {exc}"]) from None
+    if _depth_exceeds(data, MAX_DEPTH):
+        raise _too_deep(where, "?")
+    return data
 
 
 # -- the fast path ---------------------------------------------------------------------------
@@ -148,6 +159,31 @@ _SAFE = yaml.constructor.SafeConstructor()
 
 class _Fallback(Exception):
     """The fast walk met something only the strict loader may judge."""
+
+
+class _TooDeep(Exception):
+    """Nesting deeper than MAX_DEPTH, at this line."""
+
+    def __init__(self, line: int | str) -> None:
+        super().__init__(line)
+        self.line = line
+
+
+def _too_deep(where: str, line: int | str) -> ArtifactError:
+    return ArtifactError([f"{where}:{line}: nested more than {MAX_DEPTH} levels deep: not an opmatrix artifact "
+                          "(hostile or broken input)"])
+
+
+def _depth_exceeds(data: Any, limit: int) -> bool:
+    """Whether ``data`` nests lists / dicts more than ``limit`` levels (iterative: no recursion)."""
+    todo = [(data, 0)]
+    while todo:
+        value, depth = todo.pop()
+        if isinstance(value, (dict, list)):
+            if depth >= limit:
+                return True
+            todo.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
+    return False
 
 
 def _int(node: ScalarNode) -> int:
@@ -229,6 +265,8 @@ def _from_events(text: str) -> Any:
             elif cls is MappingStartEvent or cls is SequenceStartEvent:
                 if event.anchor is not None or event.tag is not None:
                     raise _Fallback
+                if len(stack) >= MAX_DEPTH:
+                    raise _TooDeep(event.start_mark.line + 1)
                 stack.append((box, key))
                 box, key = ({} if cls is MappingStartEvent else []), _NO_KEY
                 continue
@@ -263,6 +301,22 @@ def loads_yaml(text: str, where: str = "<string>", *, pure: bool = False) -> Any
     if HAVE_LIBYAML and not pure:
         try:
             return _from_events(text)
+        except _TooDeep as exc:
+            raise _too_deep(where, exc.line) from None
         except (_Fallback, yaml.YAMLError, RecursionError, ValueError):
             pass  # the strict loader decides, and words the error
     return _strict_load(text, where, pure)
+
+
+def loads_json(text: str | bytes, where: str) -> Any:
+    """``json.loads`` whose nesting is bounded: a document too deep to read is an ArtifactError (exit 2).
+
+    The bound is the interpreter's recursion limit (about a thousand levels), where the C decoder
+    stops; a record that deep fails its schema anyway. Malformed JSON raises ``json.JSONDecodeError``
+    as usual (a torn journal line is the caller's to judge).
+    """
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ArtifactError([f"{where}: JSON nested too deeply to read (more than about "
+                             f"{sys.getrecursionlimit()} levels): not an opmatrix artifact"]) from None
