@@ -4,9 +4,9 @@ Generates a matrix the size of a full CPU run over OpInfo (about 700 operators x
 ranks 0-5 x 6 layouts, eager and compile, with conditional and rejected entries), writes it as
 YAML, then measures in one run:
 
-- cold: strict YAML load + validation (``load_matrix``) and the index build (``Matrix(model)``);
-- ``Matrix.load`` once the validated model is cached (see ``opmatrix.matrix.cache``);
-- ``Matrix.query`` per second for a fixed cell, for a rotating set of cells, and with ``args``;
+- cold: strict YAML load + validation (``load_matrix``) and the index build (``MatrixIndex(model)``);
+- ``MatrixIndex.load`` once the validated model is cached (see ``opmatrix.matrix.cache``);
+- ``MatrixIndex.query`` per second for a fixed cell, for a rotating set of cells, and with ``args``;
 - a plain ``dict[tuple, str]`` lookup over the same keys (the floor any index can reach);
 - the strict load (no cache) of every committed full matrix under ``bench/results/``, beside the
   constructor-based strict loader it replaced (issue 22 goal: under 1 s each).
@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from opmatrix.matrix import Matrix
+from opmatrix.matrix import MatrixIndex
 from opmatrix.schema import (
     DEFAULT_DTYPES,
     BackendId,
@@ -148,10 +148,10 @@ def main() -> None:
         with _Clock() as load:
             model = load_matrix(path)  # strict YAML load, as without a cache
         with _Clock() as index:
-            m = Matrix(model)
-        Matrix.load(path)  # fills the validated-model cache
+            m = MatrixIndex(model)
+        MatrixIndex.load(path)  # fills the validated-model cache
         with _Clock() as cached:
-            warm = Matrix.load(path)
+            warm = MatrixIndex.load(path)
     assert warm.model == model
     print(f"matrix: {len(model.operators)} operators, {sum(map(len, model.operators.values()))} entries, "
           f"{len(m):,} cells, {size / 1e6:.1f} MB YAML; load average {os.getloadavg()[0]:.1f} "

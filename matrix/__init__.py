@@ -1,11 +1,11 @@
 """opmatrix.matrix: journal records -> the support matrix, and everything that reads it.
 
 Journal records roll up per cell (:mod:`.rollup`), compress into entries (:mod:`.compress`) and
-become a schema :class:`~opmatrix.schema.Matrix` (:func:`build_matrix`). :class:`Matrix` wraps one
+become a schema :class:`~opmatrix.schema.Matrix` (:func:`build_matrix`). :class:`MatrixIndex` wraps one
 with a precompiled index for capability queries::
 
-    >>> from opmatrix.matrix import Matrix
-    >>> m = Matrix.load("schema/examples/softmax-matrix.yaml")
+    >>> from opmatrix.matrix import MatrixIndex
+    >>> m = MatrixIndex.load("schema/examples/softmax-matrix.yaml")
     >>> m.query("aten::softmax.int", dtype="float32", rank=3, layout="contiguous", args={"dim": -1}).path
     <ExecPath.native: 'native'>
 
@@ -18,15 +18,15 @@ from .build import build_matrix, read_journal
 from .compress import compress_cells
 from .diff import CellChange, MatrixDiff, diff_matrices
 from .journal import merge_records
-from .query import Matrix, UnknownOperatorError
+from .query import MatrixIndex, UnknownOperatorError
 from .rollup import rollup
 
 __all__ = [
     "UNKNOWN",
     "Answer",
     "CellChange",
-    "Matrix",
     "MatrixDiff",
+    "MatrixIndex",
     "UnknownOperatorError",
     "build_matrix",
     "compress_cells",

@@ -32,14 +32,14 @@ from opmatrix.schema import (
     WorkloadResult,
 )
 
-from .compress import CellKey, compress_cells
+from .compress import GridPoint, compress_cells
 from .journal import Record, read_journal
 from .rollup import rollup
 from .workloads import predict_fallback
 
 __all__ = ["build_matrix", "collect_cells", "read_journal", "skip_reason"]
 
-FullKey = tuple[str, Mode, CellKey, tuple[tuple[str, str], ...]]
+FullKey = tuple[str, Mode, GridPoint, tuple[tuple[str, str], ...]]
 
 
 def skip_reason(task: TaskRecord) -> str | None:

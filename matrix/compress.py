@@ -28,10 +28,11 @@ from opmatrix.schema import CellResult, DType, Entry, Layout, Mode, RankRange
 from .grouping import group_entries
 from .rollup import aggregate, result_key
 
-__all__ = ["Box", "CellKey", "compress_cells", "compress_op", "cover", "entry_sort_key"]
+__all__ = ["Box", "GridPoint", "compress_cells", "compress_op", "cover", "entry_sort_key"]
 
-#: (dtype, rank, layout) of one cell within an operator, mode and condition group
-CellKey = tuple[DType, int, Layout]
+#: one cell within an operator, mode and condition group: (dtype, rank, layout), a point of the grid a
+#: Box covers (the cell key across operators is :class:`opmatrix.schema.CellKey`)
+GridPoint = tuple[DType, int, Layout]
 
 _LAYOUT_ORDER = {layout: i for i, layout in enumerate(Layout)}
 
@@ -45,7 +46,7 @@ class Box:
     rmax: int
     layouts: tuple[Layout, ...]
 
-    def cells(self) -> Iterable[CellKey]:
+    def cells(self) -> Iterable[GridPoint]:
         """Every cell in the box."""
         for d in self.dtypes:
             for r in range(self.rmin, self.rmax + 1):
@@ -72,7 +73,7 @@ def _layouts(values: Iterable[Layout]) -> tuple[Layout, ...]:
     return tuple(sorted(set(values), key=_LAYOUT_ORDER.__getitem__))
 
 
-def _ranks_first(cells: set[CellKey]) -> list[Box]:
+def _ranks_first(cells: set[GridPoint]) -> list[Box]:
     ranks: dict[tuple[DType, Layout], list[int]] = defaultdict(list)
     for d, r, lay in cells:
         ranks[d, lay].append(r)
@@ -86,7 +87,7 @@ def _ranks_first(cells: set[CellKey]) -> list[Box]:
     return [Box(_dtypes(ds), lo, hi, lays) for (lo, hi, lays), ds in dtypes.items()]
 
 
-def _layouts_first(cells: set[CellKey]) -> list[Box]:
+def _layouts_first(cells: set[GridPoint]) -> list[Box]:
     lays: dict[tuple[DType, int], list[Layout]] = defaultdict(list)
     for d, r, lay in cells:
         lays[d, r].append(lay)
@@ -104,7 +105,7 @@ def _box_order(box: Box) -> tuple[object, ...]:
     return (box.dtypes[0].value, box.rmin, box.rmax, [_LAYOUT_ORDER[x] for x in box.layouts], box.dtypes)
 
 
-def cover(cells: Iterable[CellKey]) -> list[Box]:
+def cover(cells: Iterable[GridPoint]) -> list[Box]:
     """Disjoint boxes that together hold exactly ``cells``; deterministic, close to minimal."""
     unique = set(cells)
     if not unique:
@@ -128,9 +129,9 @@ def entry_sort_key(entry: Entry) -> tuple[object, ...]:
     )
 
 
-def compress_op(cells: Mapping[tuple[Mode, CellKey, tuple[tuple[str, str], ...]], CellResult]) -> list[Entry]:
+def compress_op(cells: Mapping[tuple[Mode, GridPoint, tuple[tuple[str, str], ...]], CellResult]) -> list[Entry]:
     """Entries for one operator's cells, keyed (mode, (dtype, rank, layout), conditions)."""
-    groups: dict[tuple[Mode, Hashable], dict[CellKey, CellResult]] = defaultdict(dict)
+    groups: dict[tuple[Mode, Hashable], dict[GridPoint, CellResult]] = defaultdict(dict)
     for (mode, cell, _conditions), result in cells.items():
         # conditions are part of the result key, so groups never mix condition groups
         groups[mode, result_key(result)][cell] = result
@@ -152,7 +153,7 @@ def compress_op(cells: Mapping[tuple[Mode, CellKey, tuple[tuple[str, str], ...]]
 
 
 def compress_cells(
-    cells: Mapping[tuple[str, Mode, CellKey, tuple[tuple[str, str], ...]], CellResult],
+    cells: Mapping[tuple[str, Mode, GridPoint, tuple[tuple[str, str], ...]], CellResult],
     *,
     contract: bool = True,
 ) -> dict[str, list[Entry]]:
@@ -162,7 +163,7 @@ def compress_cells(
     (:mod:`.grouping`); ``contract=False`` gives the exact boxes themselves (what
     :meth:`~opmatrix.schema.Matrix.boxes` gives back from the contract-level entries).
     """
-    by_op: dict[str, dict[tuple[Mode, CellKey, tuple[tuple[str, str], ...]], CellResult]] = defaultdict(dict)
+    by_op: dict[str, dict[tuple[Mode, GridPoint, tuple[tuple[str, str], ...]], CellResult]] = defaultdict(dict)
     for (op, mode, cell, conditions), result in cells.items():
         by_op[op][mode, cell, conditions] = result
     boxes = {op: compress_op(by_op[op]) for op in sorted(by_op)}

@@ -2,7 +2,7 @@
 
 ::
 
-    df = Matrix.load("out/cpu/matrix.yaml").to_frame()
+    df = MatrixIndex.load("out/cpu/matrix.yaml").to_frame()
     df[(df.path == "fallback") & (df.dtype == "bfloat16")].op.unique()
     cov = coverage(model)
     cov.by_dtype          # dtype x path: cell counts

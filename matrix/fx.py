@@ -3,7 +3,7 @@
 ::
 
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
-    support = Matrix.load("out/refaccel-g2/matrix.yaml").operator_support(worst_path="composite")
+    support = MatrixIndex.load("out/refaccel-g2/matrix.yaml").operator_support(worst_path="composite")
     gm = CapabilityBasedPartitioner(traced, support).partition_and_fuse()
 
 For each ``call_function`` node whose target is an ATen ``OpOverload``, the cell is read from the
@@ -29,10 +29,10 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 from opmatrix.schema import TENSOR, ExecPath
 
 from .answer import Answer
-from .query import parse_mode
+from .keys import parse_mode
 
 if TYPE_CHECKING:
-    from .query import Matrix
+    from .query import MatrixIndex
 
 __all__ = ["MatrixOperatorSupport", "layout_of", "node_args", "node_cells"]
 
@@ -124,7 +124,7 @@ def node_cells(node: torch.fx.Node) -> tuple[str, int, list[str]] | None:
 class MatrixOperatorSupport(OperatorSupportBase):
     """Supported = every cell of the node is known, ``ok`` and no worse than ``worst_path``."""
 
-    def __init__(self, matrix: Matrix, worst_path: object = "composite", mode: object = "eager"):
+    def __init__(self, matrix: MatrixIndex, worst_path: object = "composite", mode: object = "eager"):
         self.matrix = matrix
         self.worst_path = ExecPath(str(worst_path.value if isinstance(worst_path, ExecPath) else worst_path))
         self.mode = parse_mode(mode)

@@ -19,7 +19,7 @@ from opmatrix.schema import Matrix as MatrixModel
 
 from .answer import Answer, cell_answer, decide
 
-__all__ = ["CellKey", "Row", "RowKey", "build_rows", "iter_cells"]
+__all__ = ["Row", "RowKey", "build_rows", "iter_cells"]
 
 RowKey = tuple[str, str, str, str]  # op, dtype, layout, mode
 Row = list["Answer | None"]

@@ -5,7 +5,7 @@ answer for its cell: device (native / composite / decomposed), host (fallback), 
 unknown (never probed). Host nodes between device nodes cost host<->device transfers; the device
 nodes group into segments with ``CapabilityBasedPartitioner`` and the matrix's ``OperatorSupport``::
 
-    report = place(gm, Matrix.load("out/refaccel-g1/matrix.yaml"), mode="eager")
+    report = place(gm, MatrixIndex.load("out/refaccel-g1/matrix.yaml"), mode="eager")
     print(report.text())
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from .query import Matrix
+from .query import MatrixIndex
 from .workloads import base_name
 
 __all__ = ["NodePlacement", "Placement", "place"]
@@ -210,7 +210,7 @@ def _where(answers: list[Any]) -> tuple[str, str, str]:
     return "unknown", path, detail
 
 
-def _other_ranks(matrix: Matrix, node: torch.fx.Node, mode: str) -> tuple[str, str, str] | None:
+def _other_ranks(matrix: MatrixIndex, node: torch.fx.Node, mode: str) -> tuple[str, str, str] | None:
     """When the node's rank was never probed but other ranks of its op/dtype/layout were, and all of
     them agree on where the op runs, predict that (marked as inferred); else None."""
     from .fx import node_cells
@@ -276,7 +276,7 @@ def _node_flops(node: torch.fx.Node) -> int:
     return int(counter.get_total_flops())
 
 
-def place(gm: torch.fx.GraphModule, matrix: Matrix, *, workload: str = "model", dtype: str = "float32",
+def place(gm: torch.fx.GraphModule, matrix: MatrixIndex, *, workload: str = "model", dtype: str = "float32",
           mode: str = "eager") -> Placement:
     """Answer every ATen node of ``gm`` from ``matrix`` and group the device nodes into segments."""
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner

@@ -1,10 +1,10 @@
-"""The query API: ``Matrix.load(path).query(op, dtype=..., rank=..., layout=...) -> Answer``.
+"""The query API: ``MatrixIndex.load(path).query(op, dtype=..., rank=..., layout=...) -> Answer``.
 
 Loading builds an index (:mod:`.index`) from every probed cell ``(op, dtype, rank, layout,
 mode)`` to its precomputed :class:`~opmatrix.matrix.answer.Answer`, so a query is a couple of
 dict lookups::
 
-    >>> m = Matrix.load("out/refaccel-g2/matrix.yaml")                        # doctest: +SKIP
+    >>> m = MatrixIndex.load("out/refaccel-g2/matrix.yaml")                        # doctest: +SKIP
     >>> m.query("aten.softmax.int", dtype="float32", rank=3, args={"dim": -1}).path  # doctest: +SKIP
     ExecPath.native
 
@@ -23,19 +23,15 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from opmatrix.schema import DType, Entry, Layout, Mode
+from opmatrix.schema import CellKey, Entry
 from opmatrix.schema import Matrix as MatrixModel
 
 from .answer import Answer, unknown
 from .cache import load_matrix_cached
-from .index import CellKey, Row, RowKey, build_rows, iter_cells
+from .index import Row, RowKey, build_rows, iter_cells
+from .keys import canonical_op_name, parse_dtype, parse_layout, parse_mode
 
-__all__ = ["Matrix", "UnknownOperatorError", "canonical_op_name", "parse_dtype", "parse_layout", "parse_mode"]
-
-
-_DTYPES = frozenset(d.value for d in DType)
-_LAYOUTS = frozenset(x.value for x in Layout)
-_MODES = frozenset(x.value for x in Mode)
+__all__ = ["MatrixIndex", "UnknownOperatorError"]
 
 
 class UnknownOperatorError(KeyError):
@@ -49,50 +45,6 @@ class UnknownOperatorError(KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0])
-
-
-#: common names people type for a value opmatrix spells differently (hints only, never accepted)
-_ALIASES = {
-    "strided": "noncontiguous", "nhwc": "channels_last", "channels-last": "channels_last",
-    "bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32",
-    "fp64": "float64", "double": "float64", "int": "int64", "long": "int64",
-}
-
-
-def _close(word: str, choices: frozenset[str] | list[str], what: str) -> str:
-    alias = _ALIASES.get(word.lower())
-    close = [alias] if alias in choices else difflib.get_close_matches(word, sorted(choices), n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    return f"unknown {what} {word!r}{hint} (one of {', '.join(sorted(choices))})"
-
-
-def parse_dtype(value: object) -> str:
-    """``"float32"``, ``DType.float32`` or ``torch.float32`` -> ``"float32"``; ``ValueError`` otherwise."""
-    text = str(value.value if isinstance(value, DType) else value).removeprefix("torch.")
-    if text not in _DTYPES:
-        raise ValueError(_close(text, _DTYPES, "dtype"))
-    return text
-
-
-def parse_layout(value: object) -> str:
-    """A layout name (or :class:`Layout`) -> its value; ``ValueError`` otherwise."""
-    text = str(value.value if isinstance(value, Layout) else value)
-    if text not in _LAYOUTS:
-        raise ValueError(_close(text, _LAYOUTS, "layout"))
-    return text
-
-
-def parse_mode(value: object) -> str:
-    """``"eager"`` / ``"compile"`` (or :class:`Mode`) -> its value; ``ValueError`` otherwise."""
-    text = str(value.value if isinstance(value, Mode) else value)
-    if text not in _MODES:
-        raise ValueError(_close(text, _MODES, "mode"))
-    return text
-
-
-def canonical_op_name(op: object) -> str:
-    """``OpOverload`` / ``"aten::softmax.int"`` / ``"aten.softmax.int"`` -> ``"aten.softmax.int"``."""
-    return str(op).strip().replace("::", ".")
 
 
 def _is_torch_op(name: str) -> bool:
@@ -109,7 +61,7 @@ def _is_torch_op(name: str) -> bool:
         return False
 
 
-class Matrix:
+class MatrixIndex:
     """A support matrix with its query index; ``.model`` is the schema object (the YAML artifact)."""
 
     __slots__ = ("model", "_rows", "_names", "_op_set", "_count")
@@ -122,7 +74,7 @@ class Matrix:
         self._count = sum(len(row) - row.count(None) for row in self._rows.values())
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> Matrix:
+    def load(cls, path: str | os.PathLike[str]) -> MatrixIndex:
         """Load (strictly validated; see :mod:`.cache` for the validated-model cache) and index a file."""
         return cls(load_matrix_cached(path))
 
@@ -145,7 +97,7 @@ class Matrix:
     def __repr__(self) -> str:
         b = self.model.backend
         gen = f" {b.generation}" if b.generation else ""
-        return f"<Matrix {b.name}{gen}: {len(self._op_set)} operators, {self._count} cells>"
+        return f"<MatrixIndex {b.name}{gen}: {len(self._op_set)} operators, {self._count} cells>"
 
     def cells(self) -> Iterator[tuple[CellKey, Answer]]:
         """Every probed cell key ``(op, dtype, rank, layout, mode)`` with its answer, sorted."""
@@ -246,8 +198,8 @@ class Matrix:
 
         return coverage(self.model)
 
-    def diff(self, other: Matrix | MatrixModel) -> Any:
+    def diff(self, other: MatrixIndex | MatrixModel) -> Any:
         """Cells better / worse / new / removed from ``self`` to ``other``."""
         from .diff import diff_matrices
 
-        return diff_matrices(self.model, other.model if isinstance(other, Matrix) else other)
+        return diff_matrices(self.model, other.model if isinstance(other, MatrixIndex) else other)

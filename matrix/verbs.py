@@ -35,7 +35,8 @@ from opmatrix.schema.text import terminal_text
 
 from .contract_line import contract_line
 from .diff import diff_matrices
-from .query import Matrix, UnknownOperatorError, parse_dtype, parse_layout
+from .keys import parse_dtype, parse_layout
+from .query import MatrixIndex, UnknownOperatorError
 
 __all__ = ["diff", "merge_backend", "merge_evidence", "merge_runtime", "parse_arg", "query"]
 
@@ -110,7 +111,7 @@ def parse_arg(text: str) -> tuple[str, Any]:
 
 def query(args: argparse.Namespace) -> int:
     """Print how OP runs for one cell (or the op's entries when dtype or rank is not given)."""
-    m = Matrix.load(args.matrix)
+    m = MatrixIndex.load(args.matrix)
     try:
         op = m.resolve(args.op)
         dtype = parse_dtype(args.dtype) if args.dtype is not None else None
@@ -135,7 +136,7 @@ def query(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_entries(m: Matrix, op: str, dtype: str | None, rank: int | None, layout: str | None,
+def _print_entries(m: MatrixIndex, op: str, dtype: str | None, rank: int | None, layout: str | None,
                    mode: str, as_json: bool) -> int:
     entries = [
         e for e in m.model.boxes().get(op, [])

@@ -4,7 +4,7 @@ The public API re-exports the pieces users touch; heavy parts (torch) load only 
 
     >>> import opmatrix
     >>> m = opmatrix.load_matrix("out/refaccel-g2/matrix.yaml")          # doctest: +SKIP
-    >>> opmatrix.Matrix.load("out/refaccel-g2/matrix.yaml").query(        # doctest: +SKIP
+    >>> opmatrix.MatrixIndex.load("out/refaccel-g2/matrix.yaml").query(        # doctest: +SKIP
     ...     "aten.softmax.int", dtype="bfloat16", rank=3, layout="contiguous").path
 """
 
@@ -27,7 +27,7 @@ from opmatrix.schema import (
 from opmatrix.schema.version import __version__
 
 _LAZY = {
-    "Matrix": "opmatrix.matrix",
+    "MatrixIndex": "opmatrix.matrix",
     "Answer": "opmatrix.matrix",
     "evaluate_contract": "opmatrix.ci",
 }

@@ -62,10 +62,10 @@ def trace(name: str, dtype: str = "float32", mode: str = "eager") -> Any:
 def explain(matrix_path: str, name: str, dtype: str = "float32", mode: str = "eager") -> Any:
     """The :class:`~opmatrix.matrix.placement.Placement` of workload ``name`` against a matrix file."""
     from opmatrix.matrix.placement import compare_observed, place
-    from opmatrix.matrix.query import Matrix
+    from opmatrix.matrix.query import MatrixIndex
 
     dtype = _DTYPES.get(dtype, dtype)
-    matrix = Matrix.load(matrix_path)
+    matrix = MatrixIndex.load(matrix_path)
     report = place(trace(name, dtype, mode), matrix, workload=name, dtype=dtype, mode=mode)
     if report.unknown_ops():
         from opmatrix.probes.ops.opinfo_names import opinfo_names

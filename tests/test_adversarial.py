@@ -295,7 +295,7 @@ def test_report_gate_refuses_a_result_that_is_not_this_matrixs(tmp_path: Path, c
 
 
 def test_inf_survives_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from opmatrix.matrix import Matrix as Indexed
+    from opmatrix.matrix import MatrixIndex
 
     monkeypatch.setenv("OPMATRIX_CACHE_DIR", str(tmp_path / "cache"))
     path = _sealed(tmp_path)
@@ -308,7 +308,7 @@ def test_inf_survives_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
             if "numerics" in entry:
                 entry["numerics"]["max_abs_err"] = float("inf")
     path.write_text(dumps_model(Matrix.model_validate(data)))
-    first, second = Indexed.load(path), Indexed.load(path)  # the second load comes from the cache
+    first, second = MatrixIndex.load(path), MatrixIndex.load(path)  # the second load comes from the cache
     errs = [e.numerics.max_abs_err for es in second.model.operators.values() for e in es if e.numerics]
     assert errs and all(err == float("inf") for err in errs)
     assert first.model == second.model

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from opmatrix.matrix import Matrix, build_matrix
+from opmatrix.matrix import MatrixIndex, build_matrix
 from opmatrix.matrix.frame import COLUMNS, coverage_text
 
 from .test_matrix_records import BACKEND, EVIDENCE, cells, softmax_records, task
 
 
-def _matrix() -> Matrix:
+def _matrix() -> MatrixIndex:
     records = softmax_records() + [
         task("add", "float32", cells("aten.add.Tensor", "float32", [1, 2], path="fallback", err=2e-6)),
         task("add", "bfloat16", cells("aten.add.Tensor", "bfloat16", [1])),
     ]
-    return Matrix(build_matrix(records, backend=BACKEND, evidence=EVIDENCE))
+    return MatrixIndex(build_matrix(records, backend=BACKEND, evidence=EVIDENCE))
 
 
 def test_one_row_per_cell_and_condition_group():

@@ -9,7 +9,7 @@ from torch import nn
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 
-from opmatrix.matrix import Matrix, build_matrix
+from opmatrix.matrix import MatrixIndex, build_matrix
 from opmatrix.matrix.fx import layout_of, node_args
 
 from .test_matrix_records import BACKEND, EVIDENCE, cells, task
@@ -36,7 +36,7 @@ class Block(nn.Module):
 
 
 @pytest.fixture(scope="module")
-def matrix() -> Matrix:
+def matrix() -> MatrixIndex:
     """A device where gelu falls back to the host and strided matmul runs as a composite."""
     f32 = "float32"
     records = [
@@ -56,7 +56,7 @@ def matrix() -> Matrix:
         task("add", f32, cells("aten.add.Tensor", f32, range(1, 5), LAYOUTS)),
         task("gelu", f32, cells("aten.gelu.default", f32, range(1, 5), path="fallback")),
     ]
-    return Matrix(build_matrix(records, backend=BACKEND, evidence=EVIDENCE))
+    return MatrixIndex(build_matrix(records, backend=BACKEND, evidence=EVIDENCE))
 
 
 def _trace(fn: object, *example: torch.Tensor) -> torch.fx.GraphModule:
@@ -79,7 +79,7 @@ def _placement(gm: torch.fx.GraphModule, support: object) -> tuple[list[list[str
     return sorted(on_device), host
 
 
-def test_gelu_stays_on_the_host_and_splits_the_block(matrix: Matrix):
+def test_gelu_stays_on_the_host_and_splits_the_block(matrix: MatrixIndex):
     gm = _trace(Block(), torch.randn(2, 8, 16))
     support = matrix.operator_support(worst_path="composite")
     on_device, host = _placement(gm, support)
@@ -92,14 +92,14 @@ def test_gelu_stays_on_the_host_and_splits_the_block(matrix: Matrix):
     assert "fallback (ok)" in support.explain()["gelu"]
 
 
-def test_native_only_also_keeps_strided_matmuls_on_the_host(matrix: Matrix):
+def test_native_only_also_keeps_strided_matmuls_on_the_host(matrix: MatrixIndex):
     gm = _trace(Block(), torch.randn(2, 8, 16))
     _, host = _placement(gm, matrix.operator_support(worst_path="native"))
     # q @ k^T reads a transposed slice, att @ v a strided slice: both composite on this device
     assert host == ["matmul", "matmul_1", "gelu"]
 
 
-def test_argument_conditions_and_unprobed_cells_decide_nodes(matrix: Matrix):
+def test_argument_conditions_and_unprobed_cells_decide_nodes(matrix: MatrixIndex):
     support = matrix.operator_support()
     for dim, supported in ((-1, True), (0, False)):
         gm = _trace(_softmax_over(dim), torch.randn(2, 3, 4))

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from opmatrix.matrix import MatrixIndex
 from opmatrix.matrix.build import collect_cells
 from opmatrix.matrix.compress import compress_cells
 from opmatrix.matrix.journal import read_journal
-from opmatrix.matrix.query import Matrix as QueryMatrix
 from opmatrix.schema import Matrix, TaskRecord, loads_yaml, validate_data
 
 DATA = Path(__file__).parent / "data"
@@ -44,7 +44,7 @@ def new_matrix(old_matrix: Matrix, cells: dict) -> Matrix:  # type: ignore[type-
 def _answers(model: Matrix) -> dict:  # type: ignore[type-arg]
     """Every probed cell -> what a query answers (without and with the softmax dim argument)."""
     out = {}
-    for key, answer in QueryMatrix(model).cells():
+    for key, answer in MatrixIndex(model).cells():
         seen = [answer] + [answer.given({"dim": d}, rank=key[2]) for d in (-1, 0)]
         out[key] = [
             (str(a.path), a.outcome, a.conditions, [(e.conditions, e.path, e.outcome) for e in a.alternatives],

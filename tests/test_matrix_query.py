@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from opmatrix.matrix import UNKNOWN, Matrix, UnknownOperatorError, build_matrix
+from opmatrix.matrix import UNKNOWN, MatrixIndex, UnknownOperatorError, build_matrix
 from opmatrix.matrix.cache import cache_dir
 from opmatrix.schema import ArtifactError, DType, ExecPath, Layout, Outcome, load_matrix
 
@@ -16,16 +16,16 @@ from .test_matrix_records import BACKEND, EVIDENCE, cells, softmax_records, task
 
 
 @pytest.fixture(scope="module")
-def m() -> Matrix:
+def m() -> MatrixIndex:
     records = softmax_records() + [
         task("mm", "float32", cells("aten.mm.default", "float32", [2], ("contiguous", "transposed"))),
         task("add", "float32", cells("aten.add.Tensor", "float32", [1, 2], path="native", probed=3)),
         task("__radd__", "float32", cells("aten.add.Tensor", "float32", [2], path="fallback", probed=1)),
     ]
-    return Matrix(build_matrix(records, backend=BACKEND, evidence=EVIDENCE))
+    return MatrixIndex(build_matrix(records, backend=BACKEND, evidence=EVIDENCE))
 
 
-def test_the_seed_softmax_answers(m: Matrix):
+def test_the_seed_softmax_answers(m: MatrixIndex):
     q = m.query
     assert q("aten.softmax.int", "float32", 3, "contiguous", args={"dim": -1}).path is ExecPath.native
     assert q("aten.softmax.int", "float32", 3, "contiguous", args={"dim": 0}).path is ExecPath.composite
@@ -33,20 +33,20 @@ def test_the_seed_softmax_answers(m: Matrix):
     assert q("aten.softmax.int", "float64", 3, "contiguous", args={"dim": -1}).path is ExecPath.rejected
 
 
-def test_without_arguments_the_worst_group_answers_and_lists_the_better_ones(m: Matrix):
+def test_without_arguments_the_worst_group_answers_and_lists_the_better_ones(m: MatrixIndex):
     a = m.query("aten.softmax.int", dtype="bfloat16", rank=4, layout="contiguous")
     assert (a.path, a.conditions) == (ExecPath.composite, {"dim": "first"})
     assert [(e.path, e.conditions) for e in a.alternatives] == [(ExecPath.native, {"dim": "last"})]
     assert "pass argument values to narrow" in a.reason
 
 
-def test_arguments_no_group_was_probed_for_answer_unknown(m: Matrix):
+def test_arguments_no_group_was_probed_for_answer_unknown(m: MatrixIndex):
     a = m.query("aten.softmax.int", "float32", 3, args={"dim": 1})  # a middle axis: never probed
     assert (a.path, a.known) == (UNKNOWN, False)
     assert a.reason == "no probed argument condition matches {'dim': 1} (probed: dim=first; dim=last)"
 
 
-def test_a_missing_argument_leaves_the_worst_group(m: Matrix):
+def test_a_missing_argument_leaves_the_worst_group(m: MatrixIndex):
     a = m.query("aten.softmax.int", "float32", 3, args={"half_to_float": False})
     assert a.path is ExecPath.composite
 
@@ -58,7 +58,7 @@ def test_an_explicit_dtype_group_does_not_answer_for_a_call_without_dtype():
         *cells("aten.softmax.int", "float32", [3], path="rejected", conditions={"dtype": "float64"}),
         *cells("aten.log_softmax.int", "float32", [3], path="rejected", conditions={"dtype": "float64"}),
     ])]
-    m = Matrix(build_matrix(records, backend=BACKEND, evidence=EVIDENCE))
+    m = MatrixIndex(build_matrix(records, backend=BACKEND, evidence=EVIDENCE))
     assert m.query("aten.softmax.int", "float32", 3).path is ExecPath.composite
     assert m.query("aten.softmax.int", "float32", 3, args={"dim": -1}).path is ExecPath.composite
     assert m.query("aten.softmax.int", "float32", 3, args={"dtype": torch.float64}).path is ExecPath.rejected
@@ -69,7 +69,7 @@ def test_an_explicit_dtype_group_does_not_answer_for_a_call_without_dtype():
     assert only.given({"dtype": torch.float64}, 3).path is ExecPath.rejected
 
 
-def test_op_spellings_and_dtype_forms_give_the_same_answer(m: Matrix):
+def test_op_spellings_and_dtype_forms_give_the_same_answer(m: MatrixIndex):
     want = m.query("aten.mm.default", "float32", 2, "transposed")
     assert want.path is ExecPath.native
     for op in ("aten::mm", "aten.mm", "aten::mm.default", torch.ops.aten.mm.default, torch.ops.aten.mm):
@@ -77,7 +77,7 @@ def test_op_spellings_and_dtype_forms_give_the_same_answer(m: Matrix):
             assert m.query(op, dtype, 2, Layout.transposed) is want
 
 
-def test_answers_are_precomputed_and_shared(m: Matrix):
+def test_answers_are_precomputed_and_shared(m: MatrixIndex):
     a = m.query("aten.add.Tensor", "float32", 2)
     assert m.query("aten.add.Tensor", "float32", 2) is a
     assert (a.path, a.outcome, a.entry is not None and a.entry.mixed) == (ExecPath.fallback, Outcome.ok, True)
@@ -85,7 +85,7 @@ def test_answers_are_precomputed_and_shared(m: Matrix):
     assert a.evidence == EVIDENCE
 
 
-def test_cells_not_probed_are_unknown_with_the_reason(m: Matrix):
+def test_cells_not_probed_are_unknown_with_the_reason(m: MatrixIndex):
     cases = {
         ("aten.mm.default", "float16", 2, "contiguous"): "aten.mm.default was not probed with dtype float16 "
                                                          "(probed: float32)",
@@ -101,7 +101,7 @@ def test_cells_not_probed_are_unknown_with_the_reason(m: Matrix):
     assert m.query("aten.mm.default", "float32", 2, mode="compile").reason == "aten.mm.default was not probed in compile mode"
 
 
-def test_unknown_operator_raises_a_key_error_with_a_suggestion(m: Matrix):
+def test_unknown_operator_raises_a_key_error_with_a_suggestion(m: MatrixIndex):
     with pytest.raises(KeyError) as err:
         m.query("aten.sofmax.int", "float32", 3)
     assert isinstance(err.value, UnknownOperatorError)
@@ -111,7 +111,7 @@ def test_unknown_operator_raises_a_key_error_with_a_suggestion(m: Matrix):
         m.query("aten::softmax", "float32", 3)  # a packet with no .default: which overload?
 
 
-def test_bad_dtype_layout_and_mode_values_are_value_errors(m: Matrix):
+def test_bad_dtype_layout_and_mode_values_are_value_errors(m: MatrixIndex):
     with pytest.raises(ValueError, match="unknown dtype 'flaot32'; did you mean 'float32'"):
         m.query("aten.mm.default", "flaot32", 2)
     with pytest.raises(ValueError, match="unknown layout 'strided'"):
@@ -126,10 +126,10 @@ def test_bad_dtype_layout_and_mode_values_are_value_errors(m: Matrix):
 def test_load_from_file_and_the_example_matrix(example_matrix_path: Path, tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("OPMATRIX_CACHE_DIR", str(tmp_path))
-    m = Matrix.load(example_matrix_path)
+    m = MatrixIndex.load(example_matrix_path)
     assert m.query("aten.softmax.int", "bfloat16", 5, args={"dim": 4}).path is ExecPath.native
     assert "aten::softmax.int" in m and "aten.sofmax.int" not in m
-    assert repr(m) == "<Matrix refaccel g2: 1 operators, 29 cells>"
+    assert repr(m) == "<MatrixIndex refaccel g2: 1 operators, 29 cells>"
 
 
 def test_the_validated_model_cache_is_keyed_by_content(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -139,17 +139,17 @@ def test_the_validated_model_cache_is_keyed_by_content(tmp_path: Path, monkeypat
     # without its integrity block, so that the edits below are plain edits, not detected tampering
     text = re.sub(r"^integrity:\n(?:  .*\n)+", "", example_matrix_path.read_text(), flags=re.M)
     path.write_text(text)
-    first = Matrix.load(path).model
+    first = MatrixIndex.load(path).model
     (entry,) = (tmp_path / "cache" / "matrices").iterdir()
-    assert Matrix.load(path).model == first == load_matrix(path)  # served from the cache, equal
+    assert MatrixIndex.load(path).model == first == load_matrix(path)  # served from the cache, equal
     path.write_text(text.replace("path: rejected", "path: fallback"))  # an edit is never served stale
-    assert Matrix.load(path).query("aten.softmax.int", "float64", 3).path is ExecPath.fallback
+    assert MatrixIndex.load(path).query("aten.softmax.int", "float64", 3).path is ExecPath.fallback
     entry.write_text("{corrupt")  # a broken entry is a miss, not an error
     path.write_text(text)
-    assert Matrix.load(path).model == first
+    assert MatrixIndex.load(path).model == first
     path.write_text(text.replace("path: rejected", "path: rejectd"))  # strictness is unchanged
     with pytest.raises(ArtifactError, match="'rejectd' is not one of native"):
-        Matrix.load(path)
+        MatrixIndex.load(path)
     monkeypatch.setenv("OPMATRIX_NO_CACHE", "1")
     assert cache_dir() is None
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from opmatrix.matrix import Matrix
+from opmatrix.matrix import MatrixIndex
 from opmatrix.schema import load_matrix
 
 from .conftest import ROOT, run_cli
@@ -34,11 +34,11 @@ def refaccel(tmp_path_factory):
         d = tmp_path_factory.mktemp(f"refaccel-{gen}")
         res = _probe(d, "--backend", "refaccel", "--generation", gen, "--ops", OPS, "--dtypes", DTYPES, "--no-runtime")
         assert res.returncode == 0, res.stdout + res.stderr
-        out[gen] = Matrix.load(d / "matrix.yaml")
+        out[gen] = MatrixIndex.load(d / "matrix.yaml")
     return out
 
 
-def _path(m: Matrix, op: str, dtype: str, rank: int, layout: str = "contiguous", mode: str = "eager", **args):
+def _path(m: MatrixIndex, op: str, dtype: str, rank: int, layout: str = "contiguous", mode: str = "eager", **args):
     return str(m.query(op, dtype=dtype, rank=rank, layout=layout, mode=mode, args=args or None).path)
 
 
@@ -89,7 +89,7 @@ def test_privateuse1_module_is_probed_with_generic_signals(tmp_path):
     res = _probe(out, "--backend", "privateuse1:vendor_backend", "--ops", "add,sort,softmax", "--dtypes", "float32",
                  "--no-runtime", "--no-compile", env=env)
     assert res.returncode == 0, res.stdout + res.stderr
-    m = Matrix.load(out / "matrix.yaml")
+    m = MatrixIndex.load(out / "matrix.yaml")
     assert m.model.backend.device_type == "refaccel" and m.model.backend.dispatch_key == "PrivateUse1"
     assert _path(m, "aten.add.Tensor", "float32", 2) == "native"
     # no adapter counter here: refaccel's boxed fallback computes on host memory directly (no copy for the

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from opmatrix.ci.workloads import evaluate_workloads, judge_run
-from opmatrix.matrix import Matrix, build_matrix
+from opmatrix.matrix import MatrixIndex, build_matrix
 from opmatrix.matrix.placement import compare_observed, place
 from opmatrix.matrix.workloads import diff_workloads, predict_fallback
 from opmatrix.probes.workloads.catalog import WORKLOADS, build, resolve_names
@@ -75,7 +75,7 @@ def test_placement_puts_fallback_ops_on_the_host_and_counts_transfers():
     records = [task("cumsum", "int64", cells("aten.cumsum.default", "int64", range(1, 3), path="fallback")),
                task("add", "int64", cells("aten.add.Tensor", "int64", range(1, 3))),
                task("mul", "int64", cells("aten.mul.Tensor", "int64", range(1, 3)))]
-    matrix = Matrix(build_matrix(records, backend=BACKEND, evidence=EVIDENCE))
+    matrix = MatrixIndex(build_matrix(records, backend=BACKEND, evidence=EVIDENCE))
 
     def fn(x: torch.Tensor) -> torch.Tensor:
         return (x + 1).cumsum(1) * 2

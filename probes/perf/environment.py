@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from opmatrix.schema.version import __version__
+
 __all__ = ["environment_fields", "power_mode"]
 
 #: CPU frequency governor, the host's power mode where the kernel exposes it
@@ -44,12 +46,10 @@ def environment_fields(adapter: Any) -> dict[str, Any]:
     """The record fields that identify hardware and software (call after ``adapter.setup()``)."""
     import torch
 
-    import opmatrix
-
     versions = adapter.versions()
     devices = adapter.devices()
     framework = {"python": platform.python_version(), "torch": str(torch.__version__),
-                 "opmatrix": getattr(opmatrix, "__version__", "unknown")}
+                 "opmatrix": __version__}
     if versions.get("backend_version"):
         framework["backend"] = str(versions["backend_version"])
     return {

@@ -24,7 +24,7 @@ from typing import Any
 from .plan import Aborted, RunSummary, default_max_restarts, ordered, sigterm_as_interrupt
 from .runner import Run
 from .shard import select_shard
-from .task import Task
+from .task import Task, check_kinds
 
 __all__ = ["run"]
 
@@ -51,9 +51,7 @@ def run(
     """Run ``tasks`` on ``backend`` in spawned workers, journaling to ``out_dir/journal.jsonl`` (see the module doc)."""
     started = time.monotonic()
     planned = ordered(tasks)
-    unknown = sorted({t.kind for t in planned} - set(handlers))
-    if unknown:
-        raise ValueError(f"no handler for task kind {unknown[0]!r} (known: {', '.join(sorted(handlers)) or 'none'})")
+    check_kinds(planned, handlers)
     if shard is not None:
         planned = select_shard(planned, *shard)
     out = Path(out_dir)

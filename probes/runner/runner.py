@@ -48,7 +48,7 @@ from .plan import (
 )
 from .pool import WorkerHandle, close_pool, exit_fault, spawn_worker, stop_workers
 from .progress import Progress
-from .task import Handler, Skip, Task, resolve_handler
+from .task import Skip, Task, resolve_handler
 from .worker import WorkerSpec
 
 __all__ = ["MAX_TASK_FAULTS", "Run", "RunSummary", "default_max_restarts", "fault_budget"]
@@ -74,7 +74,6 @@ class Run:
         self.options = options
         self.command = command
         self.handlers = handlers
-        self.resolved: dict[str, Handler] = {}  # the handlers this process imported (to record a fault)
         self.kinds = tuple(sorted({t.kind for t in tasks}))
         self.header_extra = header
         self.path = out_dir / "journal.jsonl"
@@ -315,8 +314,8 @@ class Run:
         budget = fault_budget(job.units)
         if (unit is None and job.skip_rest is not None) or unit in job.skip or job.faults > 2 * budget:
             # nothing new to blame: the task itself is the fault
-            self._record(job, json.loads(self._handler(job.task.kind).fault_record(job.task, skip).model_dump_json()),
-                         worker=None)
+            record = resolve_handler(self.handlers[job.task.kind]).fault_record(job.task, skip)
+            self._record(job, json.loads(record.model_dump_json()), worker=None)
             return
         if unit is None:
             job.skip_rest = skip
@@ -326,11 +325,6 @@ class Run:
                 # the units after the last faulted one never run: the handler lists them as not run
                 job.skip_rest = Skip(skip.outcome, f"not run: the task faulted {job.faults} times; last: {lines[0] if lines else ''}")
         self.pending.appendleft(job)
-
-    def _handler(self, kind: str) -> Handler:
-        if kind not in self.resolved:
-            self.resolved[kind] = resolve_handler(self.handlers[kind])
-        return self.resolved[kind]
 
     def _record(self, job: Job, record: dict[str, Any], worker: int | None) -> None:
         record["task"] = job.task.id  # the runner's id is what resume and reuse match on

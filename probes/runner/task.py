@@ -34,8 +34,9 @@ every unit not yet run. A handler that finds the device unusable raises :class:`
 
 from __future__ import annotations
 
+import functools
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
@@ -49,6 +50,7 @@ __all__ = [
     "Task",
     "WorkerContext",
     "WorkerPoisoned",
+    "check_kinds",
     "resolve_handler",
 ]
 
@@ -143,8 +145,17 @@ class Handler(Protocol):
         ...
 
 
+def check_kinds(tasks: Iterable[Task], handlers: Mapping[str, str]) -> None:
+    """Refuse, naming it, a task kind that has no handler."""
+    unknown = sorted({t.kind for t in tasks} - set(handlers))
+    if unknown:
+        raise ValueError(f"no handler for task kind {unknown[0]!r} (known: {', '.join(sorted(handlers)) or 'none'})")
+
+
+@functools.cache
 def resolve_handler(target: str) -> Handler:
-    """Import ``module:attribute``, a :class:`Handler`; the error names the target when it cannot."""
+    """Import ``module:attribute``, a :class:`Handler` (once per process); the error names the target
+    when it cannot."""
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise ValueError(f"handler {target!r}: expected module:attribute")
