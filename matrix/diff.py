@@ -1,4 +1,4 @@
-"""Diff two matrices cell by cell: better, worse, new, removed, and numerics that drifted.
+"""Diff two matrices cell by cell: better, worse, new, removed, not probed in B, and numerics that drifted.
 
 ::
 
@@ -14,6 +14,10 @@ path), in that order: ``wrong`` is worse than any path, a fault worse than ``wro
 the first-order backward's (outcome, path) decides. A cell of equal quality is reported under
 ``numerics`` when its max absolute error grew by more than ``error_growth`` x its ``atol``
 (default: a quarter of the tolerance budget).
+
+A cell of A that B lacks is ``removed`` when B probed that operator in that dtype and mode (the
+cell itself is gone: a rank or layout no longer produced), and ``not_probed`` when B holds nothing
+of that operator, dtype and mode: B's run did not look, which says nothing about support.
 """
 
 from __future__ import annotations
@@ -28,10 +32,12 @@ from opmatrix.schema import DType, Entry, ExecPath, Layout, Matrix, Outcome, des
 
 from .compress import cover
 
-__all__ = ["DIFFERING_CONDITIONS", "CellChange", "CellState", "ChangeKind", "DiffRow", "MatrixDiff", "diff_matrices"]
+__all__ = ["DIFFERING_CONDITIONS", "KIND_WORDS", "CellChange", "CellState", "ChangeKind", "DiffRow", "MatrixDiff", "diff_matrices"]
 
-ChangeKind = Literal["worse", "better", "new", "removed", "numerics"]
-_KINDS: tuple[ChangeKind, ...] = ("worse", "better", "new", "removed", "numerics")
+ChangeKind = Literal["worse", "better", "new", "removed", "not_probed", "numerics"]
+_KINDS: tuple[ChangeKind, ...] = ("worse", "better", "new", "removed", "not_probed", "numerics")
+#: how each kind reads in a sentence ("3 not probed in B")
+KIND_WORDS: dict[str, str] = {"not_probed": "not probed in B"}
 Cell = tuple[str, DType, int, Layout, str]
 Conds = tuple[tuple[str, str], ...]
 #: the conditions shown when the two sides split a cell into different condition groups
@@ -112,6 +118,7 @@ class MatrixDiff:
     better: tuple[CellChange, ...]
     new: tuple[CellChange, ...]
     removed: tuple[CellChange, ...]
+    not_probed: tuple[CellChange, ...]
     numerics: tuple[CellChange, ...]
 
     @property
@@ -152,14 +159,14 @@ class MatrixDiff:
 
     def render_table(self) -> str:
         """A readable fixed-width table, one row per compact group, with counts first."""
-        counts = ", ".join(f"{n} {kind}" for kind, n in self.counts().items())
+        counts = ", ".join(f"{n} {KIND_WORDS.get(kind, kind)}" for kind, n in self.counts().items())
         lines = [f"A: {self.a}", f"B: {self.b}", f"cells: {counts}"]
         rows = self.rows()
         if not rows:
             return "\n".join([*lines, "no cell changed"]) + "\n"
         head = ("change", "op", "dtypes", "ranks", "layouts", "mode", "conditions", "A", "B")
         body = [
-            (r.kind, r.op, ",".join(r.dtypes), f"{r.ranks[0]}" if r.ranks[0] == r.ranks[1] else f"{r.ranks[0]}-{r.ranks[1]}",
+            (KIND_WORDS.get(r.kind, r.kind), r.op, ",".join(r.dtypes), f"{r.ranks[0]}" if r.ranks[0] == r.ranks[1] else f"{r.ranks[0]}-{r.ranks[1]}",
              ",".join(r.layouts), r.mode, describe(r.conditions), r.before, r.after)
             for r in rows
         ]
@@ -238,11 +245,14 @@ def diff_matrices(a: Matrix, b: Matrix, *, error_growth: float = 0.25) -> Matrix
     the query wrapper). Every list is sorted by cell key, so the result is deterministic.
     """
     ca, cb = _cells(a), _cells(b)
+    looked_b = {(op, dtype, mode) for op, dtype, _rank, _layout, mode in cb}
     found: dict[str, list[CellChange]] = {kind: [] for kind in _KINDS}
     for cell in sorted(ca.keys() | cb.keys(), key=_sort_key):
         groups_a, groups_b = ca.get(cell), cb.get(cell)
         if groups_a is None or groups_b is None:
             kind: ChangeKind = "new" if groups_a is None else "removed"
+            if kind == "removed" and (cell[0], cell[1], cell[4]) not in looked_b:
+                kind = "not_probed"
             for conds, state in sorted((groups_b or groups_a or {}).items()):
                 before, after = (None, state) if kind == "new" else (state, None)
                 found[kind].append(CellChange(kind, *cell, conds, before=before, after=after))

@@ -88,10 +88,24 @@ def coverage(model: Matrix, mode: str = "eager") -> Coverage:
     return Coverage(by_dtype=by_dtype, pivot=pivot)
 
 
-def coverage_text(model: Matrix, mode: str = "eager") -> str:
-    """A short plain-text coverage summary (what ``make demo`` prints)."""
-    cov = coverage(model, mode)
+def coverage_text(model: Matrix, mode: str | None = None) -> str:
+    """A short plain-text coverage summary (what ``make demo`` prints): one table per mode (or only
+    ``mode``), each labelled, with the totals of :func:`opmatrix.schema.count_matrix`."""
+    from opmatrix.schema import count_matrix
+
+    counted = count_matrix(model)
     b = model.backend
-    head = f"{b.name}{' ' + b.generation if b.generation else ''}: {len(model.operators)} operators, " \
-           f"{model.cell_count()} cells, {len(model.skipped)} skipped tasks"
-    return f"{head}\ncells per dtype and path ({mode}):\n{cov.by_dtype.to_string()}\n"
+    head = (f"{b.name}{' ' + b.generation if b.generation else ''}: {len(model.operators)} operators, "
+            f"{counted.cells} cells ({counted.modes_text()}), {len(model.skipped)} skipped tasks")
+    parts = [head]
+    import pandas as pd
+
+    for m in counted.cells_by_mode:
+        if mode is not None and m.value != mode:
+            continue
+        dtypes = [d for d in DType if counted.count(mode=m, dtype=d)]
+        table = pd.DataFrame([[counted.count(ExecPath(p), mode=m, dtype=d) for p in _PATHS] for d in dtypes],
+                             index=pd.Index([d.value for d in dtypes], name="dtype"),
+                             columns=pd.Index(list(_PATHS), name="path"))
+        parts.append(f"cells per dtype and path, {m.value} ({counted.cells_by_mode[m]} cells):\n{table.to_string()}")
+    return "\n".join(parts) + "\n"

@@ -72,7 +72,9 @@ def diff_workloads(a: Iterable[WorkloadResult], b: Iterable[WorkloadResult]) -> 
         if _rank(y) > _rank(x) or (more_host and _rank(y) == _rank(x)):
             why = "; ".join(y.failed_steps()[:2]) or (f"new host fallback {', '.join(more_host)}" if more_host else "")
             out["worse"].append(f"{name}: {x.outcome.value} -> {y.outcome.value}{': ' + why if why else ''}")
-        elif _rank(y) < _rank(x):
+        elif _rank(y) < _rank(x) and (y.outcome is not x.outcome or y.outcome is Outcome.ok):
+            # better means the outcome improved: an error that is still an error is not better,
+            # even when it now fails at a later step
             out["better"].append(f"{name}: {x.outcome.value} -> {y.outcome.value}")
     return out
 

@@ -25,6 +25,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("better", "Better"),
     ("new", "New"),
     ("removed", "Removed"),
+    ("not_probed", "Not probed in the current matrix"),
     ("numerics", "Numerics drifted"),
 )
 

@@ -24,6 +24,8 @@ from pydantic import ValidationError
 from opmatrix.schema import ArtifactError, GateResult, Matrix
 from opmatrix.schema.yamlload import loads_json
 
+from .verdict import VerdictView, verdict_view
+
 __all__ = ["GateRow", "GateTable", "GateView", "check_gate_pair", "gate_view", "load_gate"]
 
 _LIST_KEYS = ("requirements", "results", "checks", "findings", "blocking", "items", "failures")
@@ -68,6 +70,8 @@ class GateView:
     passed: bool | None
     fields: list[tuple[str, str]] = field(default_factory=list)
     tables: list[GateTable] = field(default_factory=list)
+    #: the verdict in plain words, for a result of ``opmatrix gate --json`` (None for other shapes)
+    plain: VerdictView | None = None
 
     @property
     def rows(self) -> list[GateRow]:
@@ -129,12 +133,15 @@ def _table(name: str, items: list[Any]) -> GateTable:
     return GateTable(name=name, columns=columns, rows=rows, total=len(dict_items))
 
 
-def _verdict(data: Mapping[str, Any]) -> tuple[str, bool | None]:
-    """The verdict and whether it passed: typed fields of a :class:`GateResult`, else read leniently."""
+def _typed(data: Mapping[str, Any]) -> GateResult | None:
     try:
-        result = GateResult.model_validate(data)
+        return GateResult.model_validate(data)
     except ValidationError:
-        result = None
+        return None
+
+
+def _verdict(data: Mapping[str, Any], result: GateResult | None = None) -> tuple[str, bool | None]:
+    """The verdict and whether it passed: typed fields of a :class:`GateResult`, else read leniently."""
     if result is not None:
         return str(result.verdict), result.passed
     passed: bool | None = data["passed"] if isinstance(data.get("passed"), bool) else None
@@ -151,7 +158,8 @@ def gate_view(data: Any) -> GateView:
     """Normalise a gate result of any reasonable shape into what the index shows."""
     if not isinstance(data, Mapping):
         return GateView(verdict="unreadable", passed=None, fields=[("value", _text(data))])
-    verdict, passed = _verdict(data)
+    result = _typed(data)
+    verdict, passed = _verdict(data, result)
     fields = [
         (str(k), _text(v, limit=20 * MAX_TEXT))
         for k, v in data.items()
@@ -159,7 +167,8 @@ def gate_view(data: Any) -> GateView:
     ]
     keys = [k for k in _LIST_KEYS if k in data] + [str(k) for k in data if k not in _LIST_KEYS]
     tables = [_table(k, data[k]) for k in keys if isinstance(data[k], list) and data[k]]
-    return GateView(verdict=verdict, passed=passed, fields=fields, tables=tables)
+    plain = verdict_view(result) if result is not None else None
+    return GateView(verdict=verdict, passed=passed, fields=fields, tables=tables, plain=plain)
 
 
 def check_gate_pair(data: Any, matrix: Matrix, path: str | os.PathLike[str]) -> None:

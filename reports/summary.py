@@ -31,6 +31,7 @@ from opmatrix.schema import (
     Matrix,
     Mode,
     Outcome,
+    count_matrix,
 )
 from opmatrix.schema.conditions import describe
 from opmatrix.schema.enums import DTYPES
@@ -104,12 +105,18 @@ def dtype_columns(matrix: Matrix) -> list[DType]:
 
 @dataclass
 class Coverage:
-    """Probed cells per dtype per path, and outcome totals."""
+    """Probed cells per dtype per path (all modes, and per mode), and outcome totals.
+
+    Every number comes from :func:`opmatrix.schema.count_matrix`, the count every command prints."""
 
     dtypes: list[DType]
     counts: dict[DType, Counter[ExecPath]]
     outcomes: Counter[Outcome] = field(default_factory=Counter)
     fallback_observed: int = 0
+    #: mode -> dtype -> path -> cells, for the modes the matrix holds (eager, compile)
+    by_mode: dict[Mode, dict[DType, Counter[ExecPath]]] = field(default_factory=dict)
+    #: which modes the totals cover, in words (``all modes: eager 700, compile 165``)
+    modes_text: str = ""
 
     def count(self, dtype: DType, path: ExecPath) -> int:
         """Cells of ``dtype`` that took ``path``."""
@@ -140,20 +147,17 @@ class Coverage:
 
 
 def coverage(matrix: Matrix) -> Coverage:
-    """Count the matrix's cells per dtype and path (every mode), and per outcome."""
+    """Count the matrix's cells per dtype and path (every mode, and each mode), and per outcome."""
+    counted = count_matrix(matrix)
     dtypes = dtype_columns(matrix)
     counts: dict[DType, Counter[ExecPath]] = {d: Counter() for d in dtypes}
-    outcomes: Counter[Outcome] = Counter()
-    observed = 0
-    for entries in matrix.boxes().values():
-        for entry in entries:
-            n = entry_cells(entry)
-            for dtype in entry.dtypes:
-                counts[dtype][entry.path] += n
-            outcomes[entry.outcome] += n * len(entry.dtypes)
-            if entry.fallback.state is FallbackState.observed:
-                observed += n * len(entry.dtypes)
-    return Coverage(dtypes=dtypes, counts=counts, outcomes=outcomes, fallback_observed=observed)
+    by_mode: dict[Mode, dict[DType, Counter[ExecPath]]] = {m: {d: Counter() for d in dtypes}
+                                                          for m in counted.cells_by_mode}
+    for (mode, dtype, path), n in counted.cells_by.items():
+        counts[dtype][path] += n
+        by_mode[mode][dtype][path] += n
+    return Coverage(dtypes=dtypes, counts=counts, outcomes=Counter(counted.cells_by_outcome),
+                    fallback_observed=counted.fallback_observed, by_mode=by_mode, modes_text=counted.modes_text())
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ def _g2() -> Matrix:
 
 def test_changes_are_sorted_into_kinds():
     d = diff_matrices(_g1(), _g2())
-    assert d.counts() == {"worse": 1, "better": 1, "new": 3, "removed": 1, "numerics": 2}
+    assert d.counts() == {"worse": 1, "better": 1, "new": 3, "removed": 0, "not_probed": 1, "numerics": 2}
     (worse,) = d.worse
     assert (worse.op, worse.dtype, worse.layout) == ("aten.mm.default", DType.float32, Layout.transposed)
     assert worse.before is not None and worse.after is not None
@@ -47,7 +47,8 @@ def test_changes_are_sorted_into_kinds():
     (better,) = d.better
     assert (better.dtype, better.before and better.before.path, better.after and better.after.path) == (
         DType.bfloat16, ExecPath.rejected, ExecPath.native)
-    assert {c.op for c in d.new} == {"aten.cumsum.default"} and {c.op for c in d.removed} == {"aten.sort.default"}
+    # g2 holds nothing of sort: its run did not look, which is not the same as sort's cells going away
+    assert {c.op for c in d.new} == {"aten.cumsum.default"} and {c.op for c in d.not_probed} == {"aten.sort.default"}
     assert {(c.op, c.rank) for c in d.numerics} == {("aten.sum.default", 1), ("aten.sum.default", 2)}
 
 
@@ -62,7 +63,7 @@ def test_table_groups_cells_into_rows():
     assert lines[:3] == [
         "A: refaccel g1 (torch 2.13.0)",
         "B: refaccel g2 (torch 2.13.0)",
-        "cells: 1 worse, 1 better, 3 new, 1 removed, 2 numerics",
+        "cells: 1 worse, 1 better, 3 new, 0 removed, 1 not probed in B, 2 numerics",
     ]
     assert lines[4].split() == ["change", "op", "dtypes", "ranks", "layouts", "mode", "conditions", "A", "B"]
     rows = [line.split() for line in lines[6:]]
@@ -118,3 +119,15 @@ def test_a_backward_only_change_says_so_in_the_table():
     table = diff_matrices(a, b).render_table()
     assert "native, backward rejected" in table and "native, backward native" in table
     assert "better" in table
+
+
+def test_a_cell_gone_from_an_operator_b_probed_is_removed_not_unprobed():
+    """B probed sum at float32 but no longer at rank 2: that cell is removed; a dtype B never probed is not."""
+    a = build_matrix([task("sum", "float32", cells("aten.sum.default", "float32", range(1, 3))),
+                      task("sum", "int32", cells("aten.sum.default", "int32", range(1, 2)))], backend=BACKEND, evidence=EVIDENCE)
+    b = build_matrix([task("sum", "float32", cells("aten.sum.default", "float32", range(1, 2)))],
+                     backend=BACKEND, evidence=EVIDENCE)
+    d = diff_matrices(a, b)
+    assert [(c.dtype.value, c.rank) for c in d.removed] == [("float32", 2)]
+    assert [(c.dtype.value, c.rank) for c in d.not_probed] == [("int32", 1)]
+    assert "1 removed, 1 not probed in B" in d.render_table()

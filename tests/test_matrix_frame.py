@@ -39,5 +39,6 @@ def test_coverage_counts_paths_per_dtype_and_pivots_the_worst_path():
 
 def test_coverage_text_names_the_backend_and_counts():
     text = coverage_text(_matrix().model)
-    assert text.startswith("refaccel g2: 2 operators, 40 cells, 0 skipped tasks\n")
+    assert text.startswith("refaccel g2: 2 operators, 40 cells (eager only), 0 skipped tasks\n")
+    assert "cells per dtype and path, eager (40 cells):" in text
     assert "float64" in text and "rejected" in text

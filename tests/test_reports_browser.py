@@ -284,3 +284,110 @@ def test_refaccel_grid_tells_the_contract_at_a_glance(page: Watched, refaccel_si
                                           " && r.querySelector('.outcome.ok')).length") == 0
     _shot(page, "refaccel-g2-softmax.png", full_page=True)
     page.clean()
+
+
+# -- the index shows before it tells: verdict, grid, chart, then the requirements ---------------------
+
+
+def _blocked_gate(matrix: Matrix) -> object:
+    """A gate result as `opmatrix gate --json` writes it: one failing operator requirement, one passing."""
+    from opmatrix.schema import GateResult
+    from opmatrix.schema.gate import CellRef, CellStatus, RequirementResult, Status, Verdict
+
+    op = sorted(matrix.operators)[0]
+    bad = [CellRef(op=op, dtype="bfloat16", rank=r, layout="contiguous", path=ExecPath.rejected, outcome=Outcome.ok,
+                   status=CellStatus.failed, reason="path rejected is worse than composite") for r in (1, 2)]
+    result = GateResult(
+        verdict=Verdict.blocked, backend=matrix.backend.name, generation=matrix.backend.generation, release="1.0",
+        promised_level=2, today="2026-12-03", cell_count=matrix.cell_count(), matrix_digest=matrix.digest(),
+        requirements=[
+            RequirementResult(id="L2.ops.core", level=2, kind="operators", title=f"{op} [bfloat16] contiguous eager",
+                              status=Status.failed, blocking=True, message="0/2 cells pass, 2 fail", cells=bad,
+                              checked=2, failed=2),
+            RequirementResult(id="L0.check.all", level=0, kind="check", title="runtime check *", status=Status.passed,
+                              blocking=True, message="import: pass", checked=1),
+        ],
+    )
+    return gate_view(result.model_dump(mode="json"))
+
+
+@pytest.fixture(scope="module")
+def judged_site(tmp_path_factory: pytest.TempPathFactory, matrix: Matrix) -> Path:
+    out = tmp_path_factory.mktemp("judged-site")
+    render_site(matrix, out, baseline=synthetic_matrix(n_ops=60, seed=8), gate=_blocked_gate(matrix),
+                command="opmatrix report m.yaml --out site")
+    return out
+
+
+def _top(watched: Watched, selector: str) -> float:
+    return float(watched.page.eval_on_selector(selector, "e => e.getBoundingClientRect().top + window.scrollY"))
+
+
+def test_index_shows_the_verdict_then_the_grid_then_the_chart(page: Watched, judged_site: Path, matrix: Matrix):
+    """Blocked, with the first reason in plain words, above the grid; the chart below the grid; the
+    requirements last, folded, worded for people, with links that filter the grid."""
+    page.page.goto((judged_site / "index.html").as_uri())
+    assert page.page.inner_text("#verdict .word").strip().lower() == "blocked"
+    from opmatrix.reports.verdict import short_op
+
+    op = short_op(sorted(matrix.operators)[0])
+    assert f"{op} is rejected for bfloat16" in page.page.inner_text("#verdict .reasons")
+    assert "1 of 2 requirements pass" in page.page.inner_text("#verdict")
+    assert _top(page, "#verdict") < _top(page, "#operators") < _top(page, "#coverage") < _top(page, "#gate")
+    assert not page.page.is_visible("#requirements")  # folded until asked for
+    page.page.click("#gate-details > summary")
+    rows = page.page.eval_on_selector_all("#requirements tbody tr", "rs => rs.map(r => r.dataset.id)")
+    assert rows == ["L2.ops.core", "L0.check.all"]
+    assert "blocks the release" in page.page.inner_text('#requirements tr[data-id="L2.ops.core"]')
+    page.page.click('#requirements tr[data-id="L2.ops.core"] a.oplink')
+    full = sorted(matrix.operators)[0]
+    assert full in _visible_ops(page) and len(_visible_ops(page)) < len(matrix.operators)
+    _shot(page, "report-verdict.png")
+    page.clean()
+
+
+def test_coverage_chart_draws_eager_and_compiled_side_by_side(page: Watched, judged_site: Path, matrix: Matrix):
+    """One panel per mode; each panel's segments add up to that mode's cells, the count every command prints."""
+    from opmatrix.schema import count_matrix
+
+    counted = count_matrix(matrix)
+    page.page.goto((judged_site / "index.html").as_uri())
+    panels = page.page.eval_on_selector_all(
+        "#coverage svg g.panel",
+        "gs => gs.map(g => [g.dataset.mode, Array.from(g.querySelectorAll('rect[data-count]'))"
+        ".reduce((n, r) => n + Number(r.dataset.count), 0), g.getBoundingClientRect().left])")
+    assert [m for m, _, _ in panels] == [m.value for m in counted.cells_by_mode]
+    assert {m: n for m, n, _ in panels} == {m.value: n for m, n in counted.cells_by_mode.items()}
+    assert len(panels) == 2 and panels[0][2] < panels[1][2]  # side by side, eager first
+    assert counted.modes_text() in page.page.inner_text("#n-cells >> xpath=..")
+    page.clean()
+
+
+@pytest.mark.parametrize("name", ["index.html", "diff.html"])
+def test_no_horizontal_scroll_at_800_pixels(browser: object, judged_site: Path, name: str):
+    """At 800 px the page never scrolls sideways, with every folded section open (wide tables scroll in their box)."""
+    context = browser.new_context(viewport={"width": 800, "height": 900})
+    watched = Watched(context.new_page())
+    try:
+        watched.page.goto((judged_site / name).as_uri())
+        watched.page.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")
+        width = watched.page.evaluate("document.documentElement.scrollWidth")
+        assert width <= 800, f"{name} is {width} px wide at an 800 px window"
+        _shot(watched, f"report-800-{name.replace('.html', '')}.png")
+        watched.clean()
+    finally:
+        context.close()
+
+
+def test_op_filter_follows_the_hash(page: Watched, judged_site: Path, matrix: Matrix):
+    """#op= filters on load and again whenever the hash changes, without a reload."""
+    page.page.goto((judged_site / "index.html").as_uri() + "#op=softmax")
+    softmax = {op for op in matrix.operators if "softmax" in op.lower()}
+    assert softmax and _visible_ops(page) == softmax
+    page.page.evaluate("window.location.hash = '#op=' + encodeURIComponent('mm')")
+    page.page.wait_for_function("document.getElementById('f-op').value === 'mm'")
+    assert _visible_ops(page) == {op for op in matrix.operators if "mm" in op.lower()}
+    page.page.go_back()
+    page.page.wait_for_function("document.getElementById('f-op').value === 'softmax'")
+    assert _visible_ops(page) == softmax
+    page.clean()

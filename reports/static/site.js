@@ -54,11 +54,17 @@
   form.addEventListener("input", apply);
   form.addEventListener("change", apply);
   form.addEventListener("submit", function (event) { event.preventDefault(); });
-  // index.html#op=softmax opens the grid filtered by that name
-  var hash = window.location.hash;
-  if (hash.indexOf("#op=") === 0) {
+  // index.html#op=softmax opens the grid filtered by that name, on load and whenever the hash
+  // changes (a link to #op=NAME on this page, the back button, an edited address bar)
+  function fromHash(scroll) {
+    var hash = window.location.hash;
+    if (hash.indexOf("#op=") !== 0) { return; }
     try { q.value = decodeURIComponent(hash.slice(4)); } catch (e) { q.value = hash.slice(4); }
+    apply();
+    if (scroll) { document.getElementById("operators").scrollIntoView(); }
   }
+  window.addEventListener("hashchange", function () { fromHash(true); });
   form.hidden = false;
+  fromHash(false);
   apply();
 }());

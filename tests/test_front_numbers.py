@@ -1,0 +1,81 @@
+"""One set of numbers: the CLI, the demo and the site count through count_matrix, labelled by mode;
+an unchanged failure is not "better"; the gate's verdict reads in plain words."""
+
+from __future__ import annotations
+
+from opmatrix.matrix.frame import coverage_text
+from opmatrix.matrix.workloads import diff_workloads
+from opmatrix.reports.chart import coverage_chart
+from opmatrix.reports.summary import coverage
+from opmatrix.reports.synthetic import synthetic_matrix
+from opmatrix.reports.verdict import plain_reasons, verdict_view
+from opmatrix.schema import (
+    CheckResult,
+    DType,
+    ExecPath,
+    GateResult,
+    Layout,
+    Mode,
+    Outcome,
+    WorkloadResult,
+    count_matrix,
+)
+from opmatrix.schema.gate import CellRef, CellStatus, RequirementResult, Status, Verdict
+from opmatrix.schema.workloads import StepResult
+
+
+def test_site_coverage_chart_and_demo_text_share_count_matrix():
+    m = synthetic_matrix(n_ops=40, seed=3)
+    counted, cov = count_matrix(m), coverage(m)
+    assert cov.total == counted.cells == m.cell_count()
+    for path in ExecPath:
+        assert cov.path_total(path) == counted.cells_by_path[path]
+    assert set(cov.by_mode) == {Mode.eager, Mode.compile} and cov.modes_text == counted.modes_text()
+    assert counted.modes_text().startswith("all modes: eager ")
+    chart = coverage_chart(cov)
+    assert [p.mode for p in chart.panels] == ["eager", "compile"]
+    for panel in chart.panels:
+        assert panel.total == counted.cells_by_mode[Mode(panel.mode)]
+        for bar in panel.bars:
+            assert sum(s.count for s in bar.segments) == counted.count(mode=Mode(panel.mode), dtype=DType(bar.dtype))
+    text = coverage_text(m)
+    assert f"{counted.cells} cells ({counted.modes_text()})" in text.splitlines()[0]
+    assert f"cells per dtype and path, compile ({counted.cells_by_mode[Mode.compile]} cells):" in text
+    assert counted.line().endswith(counted.modes_text()) or "; not ok:" in counted.line()
+
+
+def _wl(outcome: str, failed_steps: int) -> WorkloadResult:
+    steps = {"to_device": StepResult(result=CheckResult.passed)}
+    names = ["inference", "training", "state_dict"]
+    for name in names[:failed_steps]:
+        steps[name] = StepResult(result=CheckResult.failed, outcome=Outcome.error, evidence="error")
+    return WorkloadResult(workload="cnn", dtype="bfloat16", mode="compile", outcome=outcome, steps=steps)
+
+
+def test_an_unchanged_failure_is_not_better():
+    changes = diff_workloads([_wl("error", 2)], [_wl("error", 1)])
+    assert changes["better"] == [] and changes["worse"] == []
+    assert diff_workloads([_wl("error", 1)], [_wl("ok", 0)])["better"] == ["cnn/bfloat16/compile: error -> ok"]
+    assert diff_workloads([_wl("error", 1)], [_wl("error", 2)])["worse"]  # more failed steps is still worse
+
+
+def _cell(op: str, dtype: str, layout: str = "contiguous", **kw: object) -> CellRef:
+    base = dict(op=op, dtype=DType(dtype), rank=2, layout=Layout(layout), path=ExecPath.rejected, outcome=Outcome.ok,
+                status=CellStatus.failed, reason="path rejected is worse than composite")
+    return CellRef(**{**base, **kw})
+
+
+def test_failing_cells_group_into_plain_sentences():
+    cells = [_cell("aten.mm.default", "bfloat16"), _cell("aten.addmm.default", "bfloat16"),
+             _cell("aten.bmm.default", "bfloat16"), _cell("aten.bmm.default", "float32"),
+             _cell("aten.mul.Tensor", "float32", "transposed", path=ExecPath.native, outcome=Outcome.wrong),
+             _cell("aten.add.Tensor", "float32", status=CellStatus.passed)]
+    req = RequirementResult(id="L2.x", level=2, kind="operators", title="t", status=Status.failed, blocking=True,
+                            message="1/6 cells pass", cells=cells)
+    assert plain_reasons(req) == ["addmm, mm are rejected for bfloat16", "bmm is rejected for bfloat16, float32",
+                                  "mul.Tensor gives wrong values for float32 transposed input"]
+    result = GateResult(verdict=Verdict.blocked, backend="refaccel", generation="g1", release="0.1", promised_level=2,
+                        today="2026-12-03", cell_count=6, requirements=[req])
+    view = verdict_view(result)
+    assert view.word == "Blocked" and view.passed == 0 and view.total == 1
+    assert view.reasons[0] == "L2.x: mul.Tensor gives wrong values for float32 transposed input"  # wrong values first
