@@ -158,7 +158,7 @@ def main() -> None:
           f"on {os.cpu_count()} cores")
     print(f"strict YAML load + validate: {load}")
     print(f"index build:                 {index}")
-    print(f"Matrix.load, cached model:   {cached} (load + index; goal < 1 s)")
+    print(f"MatrixIndex.load, cached model:   {cached} (load + index; goal < 1 s)")
 
     committed(Path(__file__).resolve().parent / "results")
 
