@@ -18,11 +18,14 @@ import sys
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opmatrix.schema import DEFAULT_DTYPES, BackendId, Evidence, Layout, OpSource
 from opmatrix.schema.enums import DTYPES
 from opmatrix.schema.journal import RunIdentity
+
+if TYPE_CHECKING:
+    from opmatrix.backend.base import Adapter
 
 __all__ = ["ProbePlan", "plan_op_tasks", "plan_probe", "probe_evidence", "worker_evidence"]
 
@@ -75,7 +78,7 @@ def _runtime_tasks(backend: str, generation: str | None) -> list[Any]:
     return list(plan_runtime_tasks(backend, generation))
 
 
-def _identity(adapter: Any) -> BackendId:
+def _identity(adapter: Adapter) -> BackendId:
     if adapter.dispatch_key == "PrivateUse1" and adapter.name.startswith("privateuse1:"):
         import importlib
 
@@ -106,7 +109,7 @@ def _shard_of(tasks: list[Any], shard: tuple[int, int]) -> list[Any]:
     return list(select_shard(tasks, *shard))
 
 
-def probe_evidence(adapter: Any, command: str, started: str, source: OpSource | None,
+def probe_evidence(adapter: Adapter, command: str, started: str, source: OpSource | None,
                    worker: Evidence | None = None) -> Evidence:
     """The matrix's evidence block: versions as the workers saw them, else as the adapter says.
 
@@ -144,7 +147,7 @@ def probe_evidence(adapter: Any, command: str, started: str, source: OpSource | 
 class ProbePlan:
     """Everything ``opmatrix probe`` decided before starting a worker."""
 
-    adapter: Any
+    adapter: Adapter
     backend_id: BackendId
     out: Path
     command: str

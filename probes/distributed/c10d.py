@@ -9,7 +9,10 @@ a PrivateUse1 package registers its backend), else the process cannot run the su
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from opmatrix.backend.base import Adapter
 
 __all__ = ["NoC10dBackend", "prepare_c10d"]
 
@@ -18,7 +21,7 @@ class NoC10dBackend(RuntimeError):
     """The backend offers no c10d backend for its device type."""
 
 
-def prepare_c10d(adapter: Any) -> str:
+def prepare_c10d(adapter: Adapter) -> str:
     """Register (if needed) and name the c10d backend for ``adapter``'s device tensors."""
     import torch.distributed as dist
 

@@ -16,7 +16,10 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from opmatrix.backend.base import Adapter
 
 __all__ = ["main"]
 
@@ -100,7 +103,7 @@ def _exit_with_parent() -> None:
     threading.Thread(target=watch, daemon=True, name="opmatrix-parent-watch").start()
 
 
-def _host_bytes(adapter: Any) -> int:
+def _host_bytes(adapter: Adapter) -> int:
     counter = getattr(adapter, "c10d_host_bytes", None)
     return int(counter()) if callable(counter) else 0
 

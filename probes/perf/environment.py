@@ -6,9 +6,12 @@ import os
 import platform
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opmatrix.schema.version import __version__
+
+if TYPE_CHECKING:
+    from opmatrix.backend.base import Adapter
 
 __all__ = ["environment_fields", "power_mode"]
 
@@ -16,7 +19,7 @@ __all__ = ["environment_fields", "power_mode"]
 _GOVERNOR = Path("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
 
 
-def power_mode(adapter: Any) -> str:
+def power_mode(adapter: Adapter) -> str:
     """The power mode the runtime reports, or ``unknown``.
 
     An adapter may provide ``power_mode()``; for host-executed backends the CPU governor is the
@@ -42,7 +45,7 @@ def _host_cpu() -> str:
     return platform.processor() or platform.machine()
 
 
-def environment_fields(adapter: Any) -> dict[str, Any]:
+def environment_fields(adapter: Adapter) -> dict[str, Any]:
     """The record fields that identify hardware and software (call after ``adapter.setup()``)."""
     import torch
 

@@ -18,9 +18,12 @@ import platform
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opmatrix.schema.perf import Clock
+
+if TYPE_CHECKING:
+    from opmatrix.backend.base import Adapter
 
 __all__ = ["CALIBRATION_LOOP", "Plan", "Timed", "calibration_loop", "op_step", "time_windows", "workload_step"]
 
@@ -77,7 +80,7 @@ def calibration_loop(n: int = 20000) -> int:
     return x + slots[7]
 
 
-def _window(step: Callable[[], Any], adapter: Any, n: int, now: Callable[[], float], slowdown: float) -> tuple[float, float]:
+def _window(step: Callable[[], Any], adapter: Adapter, n: int, now: Callable[[], float], slowdown: float) -> tuple[float, float]:
     adapter.synchronize()
     c0, w0 = now(), time.perf_counter()
     for _ in range(n):
@@ -88,7 +91,7 @@ def _window(step: Callable[[], Any], adapter: Any, n: int, now: Callable[[], flo
     return (now() - c0) / n, (time.perf_counter() - w0) / n
 
 
-def time_windows(step: Callable[[], Any], adapter: Any, plan: Plan, clock: Clock) -> Timed:
+def time_windows(step: Callable[[], Any], adapter: Adapter, plan: Plan, clock: Clock) -> Timed:
     """Warm up, size the window to about ``plan.target_window_s``, then time the repetitions."""
     now = clock_fn(clock)
     for _ in range(plan.warmup):
@@ -111,7 +114,7 @@ def time_windows(step: Callable[[], Any], adapter: Any, plan: Plan, clock: Clock
     return timed
 
 
-def workload_step(adapter: Any, name: str, mode: str, dtype: Any, seed: int) -> tuple[Callable[[], Any], Any]:
+def workload_step(adapter: Adapter, name: str, mode: str, dtype: Any, seed: int) -> tuple[Callable[[], Any], Any]:
     """A no-grad forward pass (or the workload's own ``run``) of workload ``name`` on the device."""
     import torch
 
@@ -132,7 +135,7 @@ def workload_step(adapter: Any, name: str, mode: str, dtype: Any, seed: int) -> 
     return step, wl
 
 
-def op_step(adapter: Any, hot: Any, dtype: Any, seed: int) -> Callable[[], Any]:
+def op_step(adapter: Adapter, hot: Any, dtype: Any, seed: int) -> Callable[[], Any]:
     """One call of a hot operator on device inputs drawn from ``torch.randn`` under ``seed``."""
     import torch
 

@@ -11,13 +11,16 @@ import datetime as dt
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opmatrix.schema.perf import Clock
 
 from .environment import environment_fields
 from .measure import Plan, op_step, time_windows, workload_step
 from .stats import summarize
+
+if TYPE_CHECKING:
+    from opmatrix.backend.base import Adapter
 
 __all__ = ["MARK", "HOST_EXECUTED", "measure_spec"]
 
@@ -29,7 +32,7 @@ HOST_EXECUTED = frozenset({"cpu", "refaccel"})
 CONFIDENCE = 0.95
 
 
-def _subject(adapter: Any, spec: dict[str, Any], dtype: Any) -> tuple[Any, dict[str, Any]]:
+def _subject(adapter: Adapter, spec: dict[str, Any], dtype: Any) -> tuple[Any, dict[str, Any]]:
     """The step to time and the record fields that describe the subject and its inputs."""
     if spec["kind"] == "workload":
         step, wl = workload_step(adapter, spec["name"], spec["mode"], dtype, spec["seed"])
@@ -51,7 +54,7 @@ def _subject(adapter: Any, spec: dict[str, Any], dtype: Any) -> tuple[Any, dict[
     }
 
 
-def _compiler(adapter: Any, mode: str) -> dict[str, Any]:
+def _compiler(adapter: Adapter, mode: str) -> dict[str, Any]:
     if mode != "compile":
         return {"name": "eager", "backend": None, "options": {}}
     backend = adapter.compile_backend()

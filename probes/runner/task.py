@@ -38,11 +38,14 @@ import functools
 import importlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from pydantic import BaseModel
 
 from opmatrix.schema import FaultOutcome
+
+if TYPE_CHECKING:
+    from opmatrix.backend.base import Adapter
 
 __all__ = [
     "Handler",
@@ -105,7 +108,7 @@ class WorkerPoisoned(Exception):
 class WorkerContext:
     """What a handler gets from its worker: the set-up adapter, the worker slot, options, a cache."""
 
-    adapter: Any
+    adapter: Adapter
     index: int
     options: dict[str, Any] = field(default_factory=dict)
     cache: dict[str, Any] = field(default_factory=dict)

@@ -19,7 +19,10 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from opmatrix.backend.base import Adapter
 
 __all__ = ["ChildResult", "child_main", "describe_exit", "run_forked", "run_started", "work"]
 
@@ -60,7 +63,7 @@ def describe_exit(code: int | None) -> str:
     return f"exit code {code}"
 
 
-def work(adapter: Any) -> float:
+def work(adapter: Adapter) -> float:
     """A round trip through the device with the bring-up opset only (allocate, copy in, copy out;
     no arithmetic op, which a minimal backend may lack); 56.0 on a healthy device."""
     import torch

@@ -11,7 +11,7 @@ does all of that but is not claimed (callers then avoid a dtype that works)::
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING
 
 from opmatrix.schema.enums import DEFAULT_DTYPES, DTYPES
 
@@ -19,10 +19,13 @@ from .apis import NOT_SERVED
 from .context import Probe, same_values, sample
 from .spec import Facts, Verdict, failed, not_applicable, passed, unknown
 
+if TYPE_CHECKING:
+    import torch
+
 __all__ = ["check_dtype_claims", "dtype_works"]
 
 
-def dtype_works(probe: Probe, dtype: Any) -> str | None:
+def dtype_works(probe: Probe, dtype: torch.dtype) -> str | None:
     """None when ``dtype`` allocates, copies both ways and converts to / from float32 on the device."""
     import torch
 

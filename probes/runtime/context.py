@@ -13,11 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from opmatrix.backend.base import Adapter
 from opmatrix.schema import ApiCoverage
 from opmatrix.schema.enums import DEFAULT_DTYPES, DTYPES
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["NO_VALUE_DEVICES", "HOST_DEVICES", "Probe", "sample", "same_values"]
 
@@ -78,11 +82,11 @@ class Probe:
         """Whether the device is the host itself (cpu, meta)."""
         return self.device_type in HOST_DEVICES
 
-    def device(self, index: int | None = None) -> Any:
+    def device(self, index: int | None = None) -> torch.device:
         """The ``torch.device`` to test (the adapter's selected one by default)."""
         return self.adapter.device(index)
 
-    def module(self) -> Any:
+    def module(self) -> ModuleType | None:
         """``torch.<device_type>`` (the backend's own module) or None."""
         import torch
 
@@ -102,7 +106,7 @@ class Probe:
         return [d for d in DTYPES if d in self.claimed]
 
     @property
-    def dtypes(self) -> list[Any]:
+    def dtypes(self) -> list[torch.dtype]:
         """``dtype_names`` as ``torch.dtype`` objects (names this torch lacks are dropped)."""
         import torch
 
@@ -151,7 +155,7 @@ class Probe:
         return self._apis
 
 
-def sample(dtype: Any, shape: tuple[int, ...] = (2, 3, 4)) -> Any:
+def sample(dtype: torch.dtype, shape: tuple[int, ...] = (2, 3, 4)) -> torch.Tensor:
     """A host tensor of ``dtype`` whose values every dtype represents exactly (0..6, distinct)."""
     import torch
 
@@ -166,7 +170,7 @@ def sample(dtype: Any, shape: tuple[int, ...] = (2, 3, 4)) -> Any:
     return base.to(dtype).reshape(shape)
 
 
-def same_values(a: Any, b: Any) -> bool:
+def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Exact equality of two host tensors of any dtype (compared in 64-bit after conversion)."""
     import torch
 

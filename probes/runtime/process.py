@@ -18,12 +18,15 @@ import re
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .children import WORK_RESULT, ChildResult, describe_exit, run_forked, run_started, work
 from .context import HOST_DEVICES, NO_VALUE_DEVICES
 from .initfail import INIT_FAULT_MODES, classify_init_failure
 from .spec import Verdict, failed, not_applicable, passed, unknown
+
+if TYPE_CHECKING:
+    from opmatrix.backend.base import Adapter
 
 __all__ = ["CASES", "CaseEnv", "SquaresDataset", "device_type_of"]
 
@@ -42,13 +45,13 @@ class CaseEnv:
     spec: str
     generation: str | None = None
 
-    def adapter(self) -> Any:
+    def adapter(self) -> Adapter:
         """A fresh, not yet set-up adapter."""
         from opmatrix.backend.registry import get_adapter
 
         return get_adapter(self.spec, self.generation)
 
-    def initialise(self) -> Any:
+    def initialise(self) -> Adapter:
         """Set up the backend in this process and compute once (initialises lazy runtimes)."""
         adapter = self.adapter()
         adapter.setup()
@@ -58,7 +61,7 @@ class CaseEnv:
         return adapter
 
 
-def device_type_of(adapter: Any) -> str:
+def device_type_of(adapter: Adapter) -> str:
     """The torch device type, also for PrivateUse1 adapters that learn it only in ``setup()``."""
     import torch
 
@@ -75,7 +78,7 @@ def _child_ok(res: ChildResult, what: str) -> str | None:
     return f"{what} {res.describe()}"
 
 
-def _parent_after(env: CaseEnv, adapter: Any = None) -> str | None:
+def _parent_after(env: CaseEnv, adapter: Adapter | None = None) -> str | None:
     """None when this (parent) process can still use the device, else why not."""
     try:
         adapter = adapter or env.initialise()
@@ -141,7 +144,7 @@ def case_fork_after_init(env: CaseEnv) -> Verdict:
     return verdict
 
 
-def _started_case(env: CaseEnv, method: str, adapter: Any = None) -> Verdict:
+def _started_case(env: CaseEnv, method: str, adapter: Adapter | None = None) -> Verdict:
     adapter = adapter or env.initialise()
     devices = adapter.devices()
     uuid = devices[0].uuid if devices else None

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .apis import NOT_SERVED
 from .context import Probe, same_values, sample
 from .spec import Verdict, failed, not_applicable, passed
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "check_allocation",
@@ -27,7 +30,7 @@ __all__ = [
 ]
 
 
-def each_dtype(probe: Probe, test: Callable[[Any], str | None], what: str) -> Verdict:
+def each_dtype(probe: Probe, test: Callable[[torch.dtype], str | None], what: str) -> Verdict:
     """Run ``test`` per dtype (None = held, else the problem); one verdict naming every failure."""
     problems = []
     for dtype in probe.dtypes:
@@ -45,7 +48,7 @@ def each_dtype(probe: Probe, test: Callable[[Any], str | None], what: str) -> Ve
     return passed(f"{scope}: {what}")
 
 
-def _fill(dtype: Any) -> Any:
+def _fill(dtype: torch.dtype) -> bool | int:
     return True if str(dtype) == "torch.bool" else 3
 
 
@@ -55,7 +58,7 @@ def check_allocation(probe: Probe) -> Verdict:
 
     dev = probe.device()
 
-    def test(dtype: Any) -> str | None:
+    def test(dtype: torch.dtype) -> str | None:
         shape = (2, 3, 4)
         for name, make in (
             ("empty", lambda: torch.empty(shape, dtype=dtype, device=dev)),
@@ -96,7 +99,7 @@ def check_copy_h2d_d2h(probe: Probe) -> Verdict:
         return not_applicable("meta tensors have no data to copy")
     dev = probe.device()
 
-    def test(dtype: Any) -> str | None:
+    def test(dtype: torch.dtype) -> str | None:
         host = sample(dtype)
         on_dev = host.to(dev)
         if on_dev.device.type != dev.type:
@@ -122,7 +125,7 @@ def check_copy_d2d(probe: Probe) -> Verdict:
     count = len(probe.adapter.devices()) if not probe.host else 1
     other = probe.device((probe.index + 1) % count) if count > 1 else None
 
-    def test(dtype: Any) -> str | None:
+    def test(dtype: torch.dtype) -> str | None:
         host = sample(dtype)
         src = host.to(dev)
         if not same_values(src.clone().cpu(), host):
@@ -152,7 +155,7 @@ def check_copy_non_blocking(probe: Probe) -> Verdict:
     except NOT_SERVED:
         pinned = False
 
-    def test(dtype: Any) -> str | None:
+    def test(dtype: torch.dtype) -> str | None:
         host = sample(dtype)
         src = host.pin_memory() if pinned else host
         on_dev = src.to(dev, non_blocking=True)
@@ -167,7 +170,7 @@ def check_copy_non_blocking(probe: Probe) -> Verdict:
 
 
 #: name -> view function; each yields a different stride / offset pattern from a (4, 6) base
-VIEWS: dict[str, Callable[[Any], Any]] = {
+VIEWS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "transpose": lambda t: t.t(),
     "offset_slice": lambda t: t[1:, 2:],
     "step_slice": lambda t: t[:, ::2],
@@ -176,7 +179,7 @@ VIEWS: dict[str, Callable[[Any], Any]] = {
 }
 
 
-def _view_problem(probe: Probe, dtype: Any, name: str, view: Callable[[Any], Any]) -> str | None:
+def _view_problem(probe: Probe, dtype: torch.dtype, name: str, view: Callable[[torch.Tensor], torch.Tensor]) -> str | None:
     dev = probe.device()
     base = sample(dtype, (4, 6))
     hv = view(base)
@@ -201,7 +204,7 @@ def _view_problem(probe: Probe, dtype: Any, name: str, view: Callable[[Any], Any
 
 def check_views(probe: Probe) -> Verdict:
     """Views keep strides and storage offsets through ``.to(device)`` and ``.cpu()``; writes go through."""
-    def test(dtype: Any) -> str | None:
+    def test(dtype: torch.dtype) -> str | None:
         for name, view in VIEWS.items():
             problem = _view_problem(probe, dtype, name, view)
             if problem:
@@ -225,7 +228,7 @@ def check_conversion(probe: Probe) -> Verdict:
     dev = probe.device()
     targets = probe.dtypes
 
-    def test(dtype: Any) -> str | None:
+    def test(dtype: torch.dtype) -> str | None:
         host = sample(dtype)
         on_dev = host.to(dev)
         bad = [str(t).removeprefix("torch.") for t in targets if not same_values(on_dev.to(t).cpu(), host.to(t))]
@@ -243,7 +246,7 @@ def check_item(probe: Probe) -> Verdict:
         return not_applicable("meta tensors have no values to extract")
     dev = probe.device()
 
-    def test(dtype: Any) -> str | None:
+    def test(dtype: torch.dtype) -> str | None:
         host = sample(dtype)
         on_dev = host.to(dev)
         for index in ((0, 0, 1), (1, 2, 3)):

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
+
+if TYPE_CHECKING:
+    from opmatrix.backend.base import Adapter
 
 __all__ = ["copies_during", "host_rss", "device_peak", "reset_peak"]
 
@@ -40,11 +43,11 @@ def host_rss() -> int | None:
     return None
 
 
-def _module(adapter: Any) -> Any:
+def _module(adapter: Adapter) -> Any:
     return getattr(torch, adapter.device_type, None) if adapter.device_type != "cpu" else None
 
 
-def reset_peak(adapter: Any) -> None:
+def reset_peak(adapter: Adapter) -> None:
     """Reset the device's peak-memory counter where the runtime has one."""
     fn = getattr(_module(adapter), "reset_peak_memory_stats", None)
     if callable(fn):
@@ -54,7 +57,7 @@ def reset_peak(adapter: Any) -> None:
             pass
 
 
-def device_peak(adapter: Any) -> int | None:
+def device_peak(adapter: Adapter) -> int | None:
     """Peak device memory allocated since :func:`reset_peak`, or None when the runtime does not report it."""
     fn = getattr(_module(adapter), "max_memory_allocated", None)
     if not callable(fn):

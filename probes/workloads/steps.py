@@ -13,7 +13,7 @@ import io
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -23,6 +23,9 @@ from opmatrix.schema.workloads import StepResult
 from .catalog import Workload
 from .compare import compare, to_cpu, to_device, upcast
 
+if TYPE_CHECKING:
+    from opmatrix.backend.base import Adapter
+
 __all__ = ["Run", "guarded", "move", "inference", "training", "state_dict_round_trip", "forward"]
 
 
@@ -30,7 +33,7 @@ __all__ = ["Run", "guarded", "move", "inference", "training", "state_dict_round_
 class Run:
     """One workload run on one device: the CPU workload, its device copy, what the steps found."""
 
-    adapter: Any
+    adapter: Adapter
     workload: Workload
     device: Any
     model: torch.nn.Module | None = None
@@ -55,7 +58,7 @@ def forward(wl: Workload, model: Callable[..., Any], inputs: tuple, plain: bool 
     return wl.run(model, *inputs) if wl.run is not None and not plain else model(*inputs)
 
 
-def guarded(adapter: Any, body: Callable[[], StepResult]) -> StepResult:
+def guarded(adapter: Adapter, body: Callable[[], StepResult]) -> StepResult:
     """Run a step; an exception becomes a failed step with the adapter's classification."""
     start = time.perf_counter()
     try:
