@@ -13,6 +13,7 @@ import fnmatch
 
 from opmatrix.schema import CheckResult, Matrix, WorkloadRequirement, WorkloadResult
 from opmatrix.schema.gate import RequirementResult, Status
+from opmatrix.schema.text import cut
 
 __all__ = ["evaluate_workloads", "judge_run"]
 
@@ -80,6 +81,44 @@ def _bounds(req: WorkloadRequirement, run: WorkloadResult) -> list[str]:
     return out
 
 
+#: longest reason a grouped line repeats (the run's record keeps the whole text)
+REASON_CHARS = 240
+
+
+def grouped_problems(name: str, mode: str, found: list[tuple[str, str]]) -> list[str]:
+    """One line per distinct reason: the steps and dtypes that share it are named together, and a
+    long reason is cut with an ellipsis, so one rejection seen in six places is said once::
+
+        tinygpt float32, float16 eager: inference, training fail: rejected: aten::bmm.out is not ...
+    """
+    by_reason: dict[str, dict[str, list[str]]] = {}  # reason -> step label -> dtypes
+    for dtype, problem in found:
+        head, sep, rest = problem.partition(": ")
+        label, reason = (head, rest) if sep and len(head) <= 40 else ("", problem)
+        steps = by_reason.setdefault(cut(reason, REASON_CHARS), {})
+        dtypes = steps.setdefault(label, [])
+        if dtype not in dtypes:
+            dtypes.append(dtype)
+    lines = []
+    for reason, steps in by_reason.items():
+        by_dtypes: dict[tuple[str, ...], list[str]] = {}
+        for label, dtypes in steps.items():
+            by_dtypes.setdefault(tuple(dtypes), []).append(label)
+        for shared, labels in by_dtypes.items():
+            what = _labels(labels)
+            lines.append(f"{name} {', '.join(shared)} {mode}: {what + ': ' if what else ''}{reason}")
+    return lines
+
+
+def _labels(labels: list[str]) -> str:
+    """``inference fail``, ``training fail`` -> ``inference, training fail``."""
+    named = [label for label in labels if label]
+    words = [label.split(" ", 1) for label in named]
+    if len(named) > 1 and all(len(w) == 2 for w in words) and len({w[1] for w in words}) == 1:
+        return ", ".join(w[0] for w in words) + " " + words[0][1]
+    return ", ".join(named)
+
+
 def judge_run(req: WorkloadRequirement, run: WorkloadResult) -> list[str]:
     """What in one workload run violates ``req`` (empty: it passes)."""
     problems = []
@@ -106,18 +145,20 @@ def evaluate_workloads(
     out = []
     for name in _names(req, matrix) or ["all"]:
         title = f"workload {name} ({', '.join(d.value for d in req.dtypes)}; {req.mode.value})"
-        lines, checked, unknown = [], 0, 0
+        found: list[tuple[str, str]] = []  # (dtype, problem)
+        checked, unknown = 0, 0
         for dtype in req.dtypes:
             run = runs.get((name, dtype.value, req.mode.value))
             if run is None:
                 unknown += 1
-                lines.append(f"{name} {dtype.value} {req.mode.value}: not in the matrix (probe with --suites workloads "
-                             f"--workloads {name} --workload-modes {req.mode.value})")
+                found.append((dtype.value, f"not in the matrix (probe with --suites workloads "
+                                           f"--workloads {name} --workload-modes {req.mode.value})"))
                 continue
             checked += 1
-            lines += [f"{name} {dtype.value} {req.mode.value}: {p}" for p in judge_run(req, run)]
-        failed = len(lines) - unknown
+            found += [(dtype.value, p) for p in judge_run(req, run)]
+        failed = len(found) - unknown
         status = Status.failed if failed else Status.unknown if unknown else Status.passed
+        lines = grouped_problems(name, req.mode.value, found)
         message = "; ".join(lines) if lines else f"{checked} run(s) meet the requirement"
         out.append(RequirementResult(id=f"{rid}.{name}", level=level, kind="workload", title=title, status=status,
                                      blocking=blocking, message=message[:4000], checked=checked, failed=failed,

@@ -112,10 +112,13 @@ def _build(plan: Any, summary: Any) -> Any:
 def _report(plan: Any, summary: Any, matrix: Any) -> int:
     identity: BackendId = plan.backend_id
     faults = {k: v for k, v in sorted(summary.faults.items()) if v}
-    print(f"{identity.name}{'/' + identity.generation if identity.generation else ''}: "
-          f"{summary.recorded}/{summary.planned} tasks ({summary.reused} reused), {len(matrix.skipped)} skipped "
-          f"task(s), {summary.seconds:.1f} s")
-    print(f"matrix: {count_matrix(matrix).line()}")
+    who = f"{identity.name}{'/' + identity.generation if identity.generation else ''}"
+    if summary.planned or matrix.operators:
+        print(f"{who}: {summary.recorded}/{summary.planned} tasks ({summary.reused} reused), {len(matrix.skipped)} "
+              f"skipped task(s), {summary.seconds:.1f} s")
+        print(f"matrix: {count_matrix(matrix).line()}")
+    else:  # a run of suites without runner tasks (distributed only): no empty task or cell line
+        print(f"{who}: no operator, runtime or workload task in this run")
     if faults:
         print("faulted cells: " + ", ".join(f"{k} {v}" for k, v in faults.items()))
     from opmatrix.probes.workloads.cli import summary_lines

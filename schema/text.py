@@ -12,7 +12,7 @@ from __future__ import annotations
 import codecs
 import re
 
-__all__ = ["ASCII_SYMBOLS", "FALLBACK_ERRORS", "non_utf8", "recorded_text", "terminal_text"]
+__all__ = ["ASCII_SYMBOLS", "ELLIPSIS", "FALLBACK_ERRORS", "cut", "non_utf8", "recorded_text", "terminal_text"]
 
 #: symbols opmatrix prints, and what a terminal that cannot show them (the plain C locale) gets instead
 ASCII_SYMBOLS: dict[str, str] = {
@@ -67,3 +67,17 @@ def recorded_text(text: object) -> object:
     if _UNSAFE.search(text) is None:  # the common case (no control character, no surrogate): as is
         return text
     return terminal_text(text.encode("utf-8", "backslashreplace").decode("utf-8"))
+
+
+#: what ends a text that was cut, so nobody reads a cut message as whole
+ELLIPSIS = "\u2026"
+
+
+def cut(text: str, most: int) -> str:
+    """``text`` on one line, at most ``most`` characters, ending in an ellipsis when it was cut.
+
+    >>> cut("aten::bmm.out is not supported on refaccel:0", 20)
+    'aten::bmm.out is no\u2026'
+    """
+    line = " ".join(text.split())
+    return line if len(line) <= most else line[: max(0, most - 1)].rstrip() + ELLIPSIS

@@ -79,3 +79,33 @@ def test_failing_cells_group_into_plain_sentences():
     view = verdict_view(result)
     assert view.word == "Blocked" and view.passed == 0 and view.total == 1
     assert view.reasons[0] == "L2.x: mul.Tensor gives wrong values for float32 transposed input"  # wrong values first
+
+
+def test_cut_text_ends_with_an_ellipsis():
+    from opmatrix.schema.text import ELLIPSIS, cut
+
+    assert cut("short", 10) == "short"
+    long = "aten::bmm.out is not supported on refaccel:0 " * 5
+    out = cut(long, 60)
+    assert len(out) <= 60 and out.endswith(ELLIPSIS)
+
+
+def test_workload_summary_lines_say_when_they_cut():
+    from opmatrix.probes.workloads.cli import summary_lines
+
+    run = _wl("error", 0).model_copy(update={"error": "refaccel: " + "x" * 300})
+    (_, line) = summary_lines([run])
+    assert line.endswith("\u2026)") and "x" * 300 not in line
+
+
+def test_repeated_workload_reasons_are_said_once():
+    from opmatrix.ci.workloads import grouped_problems
+
+    why = "rejected: refaccel: aten::bmm.out is not supported on refaccel:0 " + "(details) " * 40
+    found = [(d, f"{step} fail: {why}") for d in ("float32", "float16") for step in ("inference", "training")]
+    found.append(("bfloat16", "not in the matrix (probe with --suites workloads)"))
+    lines = grouped_problems("tinygpt", "eager", found)
+    assert len(lines) == 2
+    assert lines[0].startswith("tinygpt float32, float16 eager: inference, training fail: rejected: refaccel: aten::bmm")
+    assert lines[0].endswith("\u2026") and len(lines[0]) < 330
+    assert lines[1] == "tinygpt bfloat16 eager: not in the matrix (probe with --suites workloads)"

@@ -82,8 +82,9 @@ def run_suite(backend: str, generation: str | None, out: Path, *, world_sizes: t
         with journal.open("a") as f:
             f.write(json.dumps(merged.model_dump(mode="json")) + "\n")
         if progress:
-            print(f"  distributed {merged.id}: {merged.outcome.value} ({time.monotonic() - started:.0f} s)",
-                  flush=True)
+            own = f"{merged.seconds:.2f} s" if merged.seconds is not None else "no time recorded"
+            print(f"  distributed {merged.id}: {merged.outcome.value} ({own}; {time.monotonic() - started:.0f} s "
+                  "into the suite)", flush=True)
 
     for i, (world_size, batch) in enumerate(plan_batches(world_sizes=world_sizes, failure_timeout=failure_timeout)):
         run_cases(base, world_size, batch, out / "distributed" / f"batch{i}", record)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from opmatrix.schema.text import cut
+
 __all__ = ["SUITES", "add_probe_arguments", "resolve_suites", "summary_lines", "workload_tasks"]
 
 #: the suites ``--suites`` may name (``distributed`` joins when its module is installed)
@@ -84,6 +86,6 @@ def summary_lines(results: list[Any]) -> list[str]:
         if r.compile is not None and r.compile.speedup is not None:
             comp = (f"; compile {r.compile.compile_seconds:.2f} s, speedup {r.compile.speedup:.2f}x, "
                     f"{r.compile.graph_breaks} graph break(s), {r.compile.recompiles} recompile(s)")
-        why = f" ({bad[0][:120]})" if bad else (f" ({r.error[:120]})" if r.error else "")
+        why = f" ({cut(bad[0], 120)})" if bad else (f" ({cut(r.error, 120)})" if r.error else "")
         lines.append(f"  {r.workload} {r.dtype.value} {r.mode.value}: {r.outcome.value}{why}{host}{comp}")
     return lines
