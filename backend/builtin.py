@@ -8,14 +8,17 @@ API; ``mps`` and ``xpu`` likewise, and are marked unverified until run on their 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import warnings
 from collections.abc import Iterator
 from typing import Any
 
 from opmatrix.schema import DeviceInfo, FallbackState
+from opmatrix.schema.userref import import_failure, import_user_module
 
 from .base import Adapter, FallbackSeen
+
+#: the ops a PrivateUse1 device cannot make a tensor without
+_ALLOCATORS = ("aten::empty.memory_format", "aten::empty_strided")
 
 __all__ = ["CpuAdapter", "CudaAdapter", "MetaAdapter", "MpsAdapter", "PrivateUse1Adapter", "XpuAdapter"]
 
@@ -207,8 +210,29 @@ class PrivateUse1Adapter(Adapter):
     def setup(self) -> None:
         import torch
 
-        importlib.import_module(self.module)
+        import_user_module(self.module)
         self.device_type = torch._C._get_privateuse1_backend_name()
+
+    def preflight(self) -> list[str]:
+        """The module imports and registers a PrivateUse1 device: a name and an allocator kernel."""
+        import torch
+
+        try:
+            self.setup()
+        except Exception as exc:  # noqa: BLE001 - whatever the import raised is the message
+            return [f"--backend {self.name}: cannot import {self.module!r}: {import_failure(exc)}"]
+        missing = []
+        if self.device_type == "privateuseone":
+            missing.append("a device name (torch.utils.rename_privateuse1_backend)")
+        for op in _ALLOCATORS:
+            if not torch._C._dispatch_has_kernel_for_dispatch_key(op, "PrivateUse1"):
+                missing.append(f"a PrivateUse1 kernel for {op}")
+        if not missing:
+            return []
+        return [f"--backend {self.name}: importing {self.module!r} registered no PrivateUse1 device: it lacks "
+                f"{'; '.join(missing)}. On import the module must rename the PrivateUse1 backend, register its "
+                "device module (torch._register_device_module) and PrivateUse1 kernels for empty.memory_format, "
+                "empty_strided and copy_"]
 
     def register(self) -> None:
         """Importing the module registers the device (its runtime should initialise lazily)."""

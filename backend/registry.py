@@ -9,8 +9,9 @@
 from __future__ import annotations
 
 import difflib
-import importlib
 from collections.abc import Callable
+
+from opmatrix.schema.userref import import_failure, import_user_module
 
 from .base import Adapter
 from .builtin import CpuAdapter, CudaAdapter, MetaAdapter, MpsAdapter, PrivateUse1Adapter, XpuAdapter
@@ -68,13 +69,9 @@ def get_adapter(spec: str, generation: str | None = None, device_index: int = 0)
         import torch  # noqa: F401 - first: many backend packages refuse to be imported before torch
 
         try:
-            plugin = importlib.import_module(module_name)
+            plugin = import_user_module(module_name)
         except Exception as exc:  # noqa: BLE001 - the real import failure, whatever it is, is the message
-            cause = exc.__cause__ or exc.__context__
-            because = f" (caused by {type(cause).__name__}: {cause})" if cause is not None else ""
-            raise UnknownBackend(
-                f"--backend {spec!r}: cannot import {module_name!r}: {type(exc).__name__}: {exc}{because}"
-            ) from exc
+            raise UnknownBackend(f"--backend {spec!r}: cannot import {module_name!r}: {import_failure(exc)}") from exc
         try:
             factory = getattr(plugin, attr)
         except AttributeError:

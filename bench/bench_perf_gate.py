@@ -17,26 +17,28 @@ the mm record is slowed); elsewhere it is ``--slowdown F`` on every window::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import os
 import time
 
 from opmatrix.ci.perf import compare_records
+from opmatrix.probes.options import BenchOptions
 from opmatrix.probes.perf.bench import bench_specs, measure_all
 from opmatrix.schema.perf import PerfRecord, PerfRequirement
 
 
 def _measure(args: argparse.Namespace, slowed: bool) -> dict[str, PerfRecord]:
-    ns = argparse.Namespace(
-        backend=args.backend, generation=None, workloads=[w for w in args.workloads.split(",") if w],
-        ops=[o for o in args.ops.split(",") if o], modes=["eager"], dtype="float32", seed=0, warmup=10,
-        repetitions=args.repetitions, window_ms=20.0, threads=1, timeout=300.0, slowdown=1.0,
+    ns = BenchOptions(
+        backend=args.backend, workloads=tuple(w for w in args.workloads.split(",") if w) or None,
+        ops=tuple(o for o in args.ops.split(",") if o) or None, modes=("eager",), repetitions=args.repetitions,
+        timeout=300.0, out="unused",
     )
     env_before = os.environ.get("OPMATRIX_REFACCEL_SLOWDOWN")
     if slowed and args.backend == "refaccel":
         os.environ["OPMATRIX_REFACCEL_SLOWDOWN"] = f"aten::mm:{args.factor}"
     elif slowed:
-        ns.slowdown = args.factor
+        ns = dataclasses.replace(ns, slowdown=args.factor)
     try:
         records, failures = measure_all(bench_specs(ns), args.record_runs, ns.timeout)
         if failures:

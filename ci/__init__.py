@@ -9,7 +9,7 @@ release's matrix) against it and says whether the release may ship, with every r
 
 Modules: ``evaluate`` (the verdict), ``requirements`` (one requirement), ``cells`` (matrix ->
 cells), ``opsets`` (op patterns, ``tag:core``), ``waivers``, ``baseline``, ``improvements``,
-``result`` (the models), ``junit`` / ``summary`` (renderings), ``command`` (the CLI verb).
+``result`` (the models), ``junit`` / ``summary`` (renderings), ``gate`` (the gate verb), ``options`` (its options).
 Contracts for the reference accelerator live in ``ci/contracts/``, an example CI workflow in
 ``ci/workflows/``.
 """

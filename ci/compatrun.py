@@ -13,7 +13,6 @@ the report is judged by the gate's level 7 (:mod:`.compat`).
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import hashlib
 import os
@@ -25,6 +24,8 @@ from pathlib import Path
 
 from opmatrix.schema import dump_model, load_matrix
 from opmatrix.schema.perf import CompatCheck, CompatReport, CompatRun
+
+from .options import CompatOptions
 
 __all__ = ["compat", "find_torch_env", "matrix_cells"]
 
@@ -110,7 +111,7 @@ def _interpreter(version: str) -> tuple[Path | None, CompatCheck | None, str | N
                                detail=detail), None
 
 
-def _version_run(version: str, args: argparse.Namespace, out: Path) -> CompatRun:
+def _version_run(version: str, args: CompatOptions, out: Path) -> CompatRun:
     python, install, why = _interpreter(version)
     env_name = str(python) if python else "none"
     pyver = ".".join(map(str, sys.version_info[:3]))
@@ -131,8 +132,11 @@ def _version_run(version: str, args: argparse.Namespace, out: Path) -> CompatRun
                      error=None if ok else f"opmatrix probe failed: {text}")
 
 
-def compat(args: argparse.Namespace) -> int:
-    """Run ``opmatrix compat``: 0 when every version ran, 1 when one could not (see the report)."""
+def compat(args: CompatOptions) -> int:
+    """Run ``opmatrix compat``: 0 when every version ran, 1 when one could not (see the report).
+
+    The backend and the ops are checked by the caller (``opmatrix.compat``), which may import the
+    backend and OpInfo; this package may not."""
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     runs = []
@@ -143,6 +147,6 @@ def compat(args: argparse.Namespace) -> int:
         print(f"torch {version}: {status}; {len(run.cells)} cells")
     report = CompatReport(kind="compat-report", backend=args.backend, ops=list(args.ops), runs=runs,
                           measured_at=dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat())
-    dump_model(report, out / "compat.yaml", command="opmatrix compat " + " ".join(sys.argv[2:]))
+    dump_model(report, out / "compat.yaml", command=args.command_line())
     print(f"report: {out / 'compat.yaml'}")
     return 1 if any(r.error for r in runs) else 0

@@ -13,7 +13,6 @@ are written atomically; ``-``, ``/dev/stdout`` or a FIFO are streamed.
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import os
 import sys
@@ -27,6 +26,7 @@ from opmatrix.schema.text import terminal_text
 from .evaluate import evaluate_contract
 from .evidence import identity_problems
 from .junit import render_junit
+from .options import GateOptions
 from .summary import render_markdown, render_verdict
 
 __all__ = ["gate", "parse_today"]
@@ -48,12 +48,12 @@ def _record_files(directory: str | None) -> list[tuple[str, str]]:
     return [("records", str(p)) for p in sorted(Path(directory).glob("*.yaml"))]
 
 
-def _refuse_clobbering(args: argparse.Namespace) -> None:
+def _refuse_clobbering(args: GateOptions) -> None:
     """Every output names a file of its own: never an input of this run, never another output."""
     inputs = [("--matrix", args.matrix), ("--contract", args.contract), ("--baseline", args.baseline),
-              ("--compat", getattr(args, "compat", None)),
-              *_record_files(getattr(args, "records", None)), *_record_files(getattr(args, "baseline_records", None))]
-    outputs = [("--junit", args.junit), ("--summary", args.summary), ("--json", args.json)]
+              ("--compat", args.compat),
+              *_record_files(args.records), *_record_files(args.baseline_records)]
+    outputs = [("--junit", args.junit), ("--summary", args.summary_file), ("--json", args.json)]
     refuse_inputs_as_outputs(outputs, inputs)
 
 
@@ -72,31 +72,31 @@ def _sealed(path: str, matrix: Matrix, allow_unsealed: bool) -> GateCheck:
                      "its content is not proven unedited")
 
 
-def gate(args: argparse.Namespace) -> int:
-    """Run the gate for parsed CLI arguments; 0 pass, 1 blocked (2 comes from ArtifactError)."""
+def gate(args: GateOptions) -> int:
+    """Run the gate; 0 pass, 1 blocked (2 comes from ArtifactError)."""
     from .compat import load_compat
     from .perf import load_records
 
     today = parse_today(args.today)
     _refuse_clobbering(args)
     contract = load_contract(args.contract)
-    allow_unsealed = bool(getattr(args, "allow_unsealed", False))
+    allow_unsealed = args.allow_unsealed
     matrix = load_matrix(args.matrix) if args.matrix else None
     baseline = load_matrix(args.baseline) if args.baseline else None
     if baseline is not None and matrix is None:
         raise ArtifactError(["opmatrix gate: --baseline is the previous release's matrix: give --matrix too"])
     seals = [_sealed(path, m, allow_unsealed) for path, m in ((args.matrix, matrix), (args.baseline, baseline))
              if m is not None]
-    records = load_records(args.records) if getattr(args, "records", None) else None
-    baseline_records = load_records(args.baseline_records) if getattr(args, "baseline_records", None) else None
-    compat = load_compat(args.compat) if getattr(args, "compat", None) else None
+    records = load_records(args.records) if args.records else None
+    baseline_records = load_records(args.baseline_records) if args.baseline_records else None
+    compat = load_compat(args.compat) if args.compat else None
     if matrix is None and records is None and compat is None:
         raise ArtifactError(["opmatrix gate: give --matrix (levels 0-5), or --records / --compat (levels 6-7)"])
     wrong = identity_problems(contract, matrix=matrix, baseline=baseline, records=records,
                               baseline_records=baseline_records, compat=compat)
     if wrong:  # the wrong pair of files: nothing to judge
-        paths = {"matrix": args.matrix, "baseline": args.baseline, "records": getattr(args, "records", None),
-                 "baseline_records": getattr(args, "baseline_records", None), "compat": getattr(args, "compat", None)}
+        paths = {"matrix": args.matrix, "baseline": args.baseline, "records": args.records,
+                 "baseline_records": args.baseline_records, "compat": args.compat}
         raise ArtifactError([f"opmatrix gate: {paths[which]}: {line} ({args.contract}); gate evidence of the "
                              "contract's subject, or use that subject's contract" for which, line in wrong])
     result = evaluate_contract(matrix, contract, baseline=baseline, records=records,
@@ -107,8 +107,8 @@ def gate(args: argparse.Namespace) -> int:
     json_text = result.model_dump_json(indent=2) + "\n"
     if args.junit:
         write_output(args.junit, render_junit(result))
-    if args.summary:
-        write_output(args.summary, render_markdown(result))
+    if args.summary_file:
+        write_output(args.summary_file, render_markdown(result))
     if args.json == "-":
         sys.stdout.write(json_text)
     else:

@@ -6,13 +6,12 @@
     opmatrix query out/refaccel-g2/matrix.yaml aten.softmax.int --dtype float32 --rank 3 --arg dim=-1 --json
     opmatrix diff out/refaccel-g1/matrix.yaml out/refaccel-g2/matrix.yaml [--json]
 
-Each handler takes the parsed ``argparse.Namespace`` and returns the exit code; invalid input
+Each handler takes its options (:mod:`.options`) and returns the exit code; invalid input
 raises :class:`opmatrix.cli.UsageError` or :class:`~opmatrix.schema.ArtifactError` (exit 2).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import sys
@@ -36,6 +35,7 @@ from opmatrix.schema.text import terminal_text
 from .contract_line import contract_line
 from .diff import diff_matrices
 from .keys import parse_dtype, parse_layout
+from .options import DiffOptions, QueryOptions
 from .query import MatrixIndex, UnknownOperatorError
 
 __all__ = ["diff", "merge_backend", "merge_evidence", "merge_runtime", "parse_arg", "query"]
@@ -109,7 +109,7 @@ def parse_arg(text: str) -> tuple[str, Any]:
     return name, raw
 
 
-def query(args: argparse.Namespace) -> int:
+def query(args: QueryOptions) -> int:
     """Print how OP runs for one cell (or the op's entries when dtype or rank is not given)."""
     m = MatrixIndex.load(args.matrix)
     try:
@@ -167,7 +167,7 @@ def _print_entries(m: MatrixIndex, op: str, dtype: str | None, rank: int | None,
 # -- diff ------------------------------------------------------------------------------------
 
 
-def diff(args: argparse.Namespace) -> int:
+def diff(args: DiffOptions) -> int:
     """Print the cells better / worse / new / removed from matrix A to matrix B (exit 0)."""
     a, b = load_matrix(args.a), load_matrix(args.b)
     result = diff_matrices(a, b)

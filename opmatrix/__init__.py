@@ -1,8 +1,11 @@
 """opmatrix: evidence for "this accelerator supports PyTorch".
 
-The public API re-exports the pieces users touch; heavy parts (torch) load only when used::
+The public API re-exports the pieces users touch; heavy parts (torch) load only when used.
+Every command is a function of its typed options (:mod:`opmatrix.api`)::
 
     >>> import opmatrix
+    >>> opmatrix.probe(opmatrix.ProbeOptions(backend="refaccel", generation="g2", ops=("softmax",),
+    ...                                      out="out/refaccel-g2"))             # doctest: +SKIP
     >>> m = opmatrix.load_matrix("out/refaccel-g2/matrix.yaml")          # doctest: +SKIP
     >>> opmatrix.MatrixIndex.load("out/refaccel-g2/matrix.yaml").query(        # doctest: +SKIP
     ...     "aten.softmax.int", dtype="bfloat16", rank=3, layout="contiguous").path
@@ -30,6 +33,10 @@ _LAZY = {
     "MatrixIndex": "opmatrix.matrix",
     "Answer": "opmatrix.matrix",
     "evaluate_contract": "opmatrix.ci",
+    **{verb: "opmatrix.api" for verb in ("probe", "merge", "gate", "report", "explain", "bench", "compat")},
+    **{name: "opmatrix.options" for name in (
+        "ProbeOptions", "MergeOptions", "GateOptions", "ReportOptions", "ExplainOptions", "BenchOptions",
+        "CompatOptions", "DoctorOptions", "QueryOptions", "DiffOptions")},
 }
 
 __all__ = [

@@ -1,7 +1,8 @@
 """The ``opmatrix`` command line: the stable surface documented in README.md.
 
-Arguments are declared here; each verb's work lives in the subpackage that owns it and is
-imported only when that verb runs (``validate`` and ``schema`` never import torch)::
+Each verb's options are declared once, as a frozen dataclass (:mod:`opmatrix.options`); the
+parser is built from them and parses into them. Each verb's work lives in the subpackage that
+owns it and is imported only when that verb runs (``validate`` and ``schema`` never import torch)::
 
     opmatrix validate schema/examples/*.yaml
     opmatrix probe --backend refaccel --ops softmax,add --out out/refaccel-g2
@@ -16,170 +17,101 @@ import argparse
 import importlib
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
 
-__all__ = ["main", "UsageError", "build_parser"]
+from opmatrix.schema.options import Options, option_fields, split_list
 
-#: verb -> "module:function" that implements it, taking the parsed arguments, returning an exit code.
+if TYPE_CHECKING:
+    from opmatrix.options import SchemaOptions, ValidateOptions
+
+__all__ = ["main", "UsageError", "add_options", "build_parser", "options_for"]
+
+#: verb -> "module:function" that implements it, taking the verb's options, returning an exit code.
 HANDLERS: dict[str, str] = {
-    "probe": "opmatrix.pipeline:probe",
-    "merge": "opmatrix.pipeline:merge",
+    "probe": "opmatrix.api:probe",
+    "merge": "opmatrix.api:merge",
     "validate": "opmatrix.cli:_validate",
     "query": "opmatrix.matrix.verbs:query",
-    "report": "opmatrix.reports.publish:report",
-    "gate": "opmatrix.ci.gate:gate",
+    "report": "opmatrix.api:report",
+    "gate": "opmatrix.api:gate",
     "diff": "opmatrix.matrix.verbs:diff",
     "doctor": "opmatrix.probes.runtime.doctor:doctor",
     "schema": "opmatrix.cli:_schema",
     "explain": "opmatrix.explanation:command",
-    "bench": "opmatrix.probes.perf.bench:bench",
-    "compat": "opmatrix.ci.compatrun:compat",
+    "bench": "opmatrix.api:bench",
+    "compat": "opmatrix.api:compat",
 }
 
 
 from opmatrix.schema.io import UsageError  # noqa: E402 - re-exported: handlers raise it for exit 2
 
 
-def _csv(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error on one line naming the option (and where to read more)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def add_options(parser: argparse.ArgumentParser, cls: type[Options]) -> None:
+    """Declare ``cls``'s options on ``parser``: positionals in order, then the flags.
+
+    Nothing is given a default here (``argparse.SUPPRESS``): an option left out takes the
+    dataclass's default, so there is one default, declared once."""
+    for opt in option_fields(cls):
+        spec = opt.spec
+        kw: dict[str, Any] = {"help": spec.help.replace("%", "%%"), "default": argparse.SUPPRESS}
+        if spec.metavar:
+            kw["metavar"] = spec.metavar
+        if spec.positional:
+            if opt.kind == "list":
+                kw["nargs"] = "+"
+            if spec.choices:
+                kw["choices"] = spec.choices
+            parser.add_argument(opt.name, **kw)
+            continue
+        if opt.kind == "bool":
+            kw["action"] = "store_true"
+        elif opt.kind == "list" and spec.repeat:
+            kw["action"] = "append"
+        elif opt.kind == "list":
+            kw["type"] = split_list
+        elif opt.kind in ("int", "float"):
+            kw["type"] = int if opt.kind == "int" else float
+        elif spec.choices:
+            kw["choices"] = spec.choices
+        if spec.bare is not None:
+            kw.update(nargs="?", const=spec.bare)
+        if opt.required:
+            kw["required"] = True
+        parser.add_argument(opt.flag, dest=opt.name, **kw)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of every verb."""
-    parser = argparse.ArgumentParser(
+    """The argument parser of every verb, built from the options each verb declares."""
+    from opmatrix.options import COMMANDS
+
+    parser = _Parser(
         prog="opmatrix",
         description="Probe a PyTorch accelerator backend operator by operator, build its support "
         "matrix, render docs, answer capability queries and gate releases.",
     )
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
-
-    p = sub.add_parser("probe", help="probe a backend -> DIR/journal.jsonl, DIR/matrix.yaml")
-    p.add_argument("--backend", required=True, help="cpu, meta, cuda, mps, xpu, refaccel, xla, "
-                   "package.module:attr (an adapter) or privateuse1:package.module")
-    p.add_argument("--generation", help="device generation (refaccel: g1 or g2)")
-    p.add_argument("--ops", type=_csv, help="comma-separated OpInfo names or fnmatch patterns (default: all)")
-    p.add_argument("--dtypes", type=_csv, help="comma-separated dtypes (default: the 11 standard ones)")
-    p.add_argument("--layouts", type=_csv, help="comma-separated layouts (default: all)")
-    p.add_argument("--workers", type=int, help="worker processes (default: cores)")
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch intra-op threads per worker (default 1: probe tensors are small, and on a shared "
-                   "machine two OpenMP threads per worker wait on each other; see README, Performance)")
-    p.add_argument("--timeout", type=float, default=60.0,
-                   help="seconds a unit may run without progress before it is called hung (5x for compile units)")
-    p.add_argument("--resume", action="store_true", help="continue from DIR/journal.jsonl")
-    p.add_argument("--devices", type=_csv, help="device indices to spread workers over, e.g. 0,1")
-    p.add_argument("--shard", help="probe slice I of N, as I/N (1-based)")
-    p.add_argument("--out", help="output directory (default out/<backend>[-<generation>])")
-    p.add_argument("--suites", type=_csv, help="comma list of runtime, ops, workloads, distributed (default runtime,ops)")
-    p.add_argument("--runtime-only", action="store_true", help="run only the level 0/1 runtime checks")
-    p.add_argument("--no-runtime", action="store_true", help="skip the runtime checks")
-    p.add_argument("--no-compile", action="store_true", help="skip compile-mode probes (same as --compile off)")
-    p.add_argument("--compile", choices=["off", "auto", "all"], default="auto",
-                   help="compile-mode probes: auto = cells unavailable in eager, plus compiled == eager for one "
-                   "sample per op at float32; all = that check at every dtype (default auto)")
-    p.add_argument("--compile-backend", metavar="NAME",
-                   help="torch.compile backend for compile-mode probes and workloads (default: the adapter's, e.g. "
-                   "aot_eager for cpu; inductor generates and builds C++ kernels, tens of seconds a graph here)")
-    p.add_argument("--max-restarts", type=int, help="abort after this many worker replacements")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--force", action="store_true", help="write into a non-empty --out that opmatrix did not make")
-    from opmatrix.probes.workloads.cli import add_probe_arguments
-
-    add_probe_arguments(p)
-
-    p = sub.add_parser("merge", help="merge shard journals -> one matrix")
-    p.add_argument("journals", nargs="+", metavar="JOURNAL")
-    p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--force", action="store_true", help="write into a non-empty --out that opmatrix did not make")
-
-    p = sub.add_parser("validate", help="validate matrix or contract files; exit 2 if invalid")
-    p.add_argument("files", nargs="+", metavar="FILE")
-    p.add_argument("--strict", action="store_true",
-                   help="also refuse a matrix without an integrity block (unless --allow-unsealed)")
-    p.add_argument("--allow-unsealed", action="store_true", help="with --strict: accept unsealed matrices, saying so")
-
-    p = sub.add_parser("query", help="how does OP run for a dtype / rank / layout?")
-    p.add_argument("matrix", metavar="MATRIX")
-    p.add_argument("op", metavar="OP", help="aten.softmax.int or aten::softmax.int")
-    p.add_argument("--dtype")
-    p.add_argument("--rank", type=int)
-    p.add_argument("--layout")
-    p.add_argument("--mode", choices=["eager", "compile"], default="eager")
-    p.add_argument("--arg", action="append", default=[], metavar="NAME=VALUE",
-                   help="argument value for conditional entries, e.g. dim=-1 (repeatable)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-
-    p = sub.add_parser("report", help="render the HTML support site")
-    p.add_argument("matrix", metavar="MATRIX")
-    p.add_argument("--baseline", metavar="MATRIX", help="previous release's matrix (adds a diff page)")
-    p.add_argument("--gate", metavar="RESULT.json", help="gate result to show on the index")
-    p.add_argument("--compat", metavar="FILE", help="level 7: an opmatrix compat report (adds a compatibility page)")
-    p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--force", action="store_true", help="write into a non-empty --out that opmatrix did not make")
-
-    p = sub.add_parser("gate", help="release gate: exit 0 pass, 1 blocked, 2 invalid input")
-    p.add_argument("--matrix", help="the release's matrix (may be omitted when --records / --compat are given)")
-    p.add_argument("--contract", required=True)
-    p.add_argument("--baseline", help="previous release's matrix")
-    p.add_argument("--junit", metavar="FILE", help="write JUnit XML")
-    p.add_argument("--summary", metavar="FILE", help="write a markdown summary")
-    p.add_argument("--json", metavar="FILE", nargs="?", const="-", help="write the result as JSON (- = stdout)")
-    p.add_argument("--today", help="evaluate waiver expiry as of this date (YYYY-MM-DD)")
-    p.add_argument("--records", metavar="DIR", help="level 6: performance records of this release (opmatrix bench)")
-    p.add_argument("--baseline-records", metavar="DIR", help="level 6: the previous release's performance records")
-    p.add_argument("--compat", metavar="FILE", help="level 7: compat report (opmatrix compat)")
-    p.add_argument("--allow-unsealed", action="store_true",
-                   help="judge a matrix without an integrity block (refused otherwise); the verdict says so")
-
-    p = sub.add_parser("diff", help="cells better / worse / new / removed between two matrices")
-    p.add_argument("a", metavar="A")
-    p.add_argument("b", metavar="B")
-    p.add_argument("--json", action="store_true")
-
-    p = sub.add_parser("doctor", help="level 0/1 diagnostics in bring-up order")
-    p.add_argument("--backend", required=True)
-    p.add_argument("--generation")
-    p.add_argument("--level", type=int, choices=[1, 5], default=1,
-                   help="1: level 0/1 checks (default); 5: also the distributed suite (collectives, DDP, failures)")
-    p.add_argument("--json", action="store_true")
-
-    from opmatrix.explanation import add_parser as add_explain
-
-    add_explain(sub)
-    _add_perf_parsers(sub)
-
-    p = sub.add_parser("schema", help="print the JSON Schema of an artifact")
-    p.add_argument("kind", choices=["matrix", "contract", "perfrecord", "compatreport"])
+    for cls in COMMANDS:
+        add_options(sub.add_parser(cls.verb, help=cls.summary, description=cls.summary), cls)
     return parser
 
 
-def _add_perf_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("bench", help="level 6: measure workloads and hot ops -> DIR/*.yaml performance records")
-    p.add_argument("--backend", required=True)
-    p.add_argument("--generation")
-    p.add_argument("--workloads", type=_csv, help="comma-separated workloads (default mlp,cnn unless --ops)")
-    p.add_argument("--ops", type=_csv, help="comma-separated hot operators, e.g. add,mm")
-    p.add_argument("--modes", type=_csv, default=["eager", "compile"], help="workload modes (default eager,compile)")
-    p.add_argument("--dtype", default="float32")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--warmup", type=int, default=10, help="untimed iterations before measuring")
-    p.add_argument("--repetitions", type=int, default=15, help="timed windows per run")
-    p.add_argument("--runs", type=int, default=3, help="separate processes per subject, interleaved (default 3)")
-    p.add_argument("--window-ms", type=float, default=20.0, help="target duration of one timed window")
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1: reproducible)")
-    p.add_argument("--timeout", type=float, default=600.0, help="deadline per measured subject in seconds")
-    p.add_argument("--slowdown", type=float, default=1.0, help="testing: make every window this much slower")
-    p.add_argument("--out", required=True, help="output directory")
+def options_for(verb: str, values: dict[str, Any]) -> Options:
+    """The options object of ``verb`` from parsed values (UsageError when a value is refused)."""
+    from opmatrix.options import COMMANDS
 
-    p = sub.add_parser("compat", help="level 7: probe the op set under each promised torch version")
-    p.add_argument("--backend", default="cpu")
-    p.add_argument("--torch", type=_csv, required=True, help="torch versions, e.g. 2.9.0,2.13.0")
-    p.add_argument("--ops", type=_csv, default=["add", "mul", "mm", "softmax"])
-    p.add_argument("--timeout", type=float, default=600.0)
-    p.add_argument("--out", required=True, help="output directory (compat.yaml, one matrix per version)")
+    cls = next(c for c in COMMANDS if c.verb == verb)
+    return cls.from_values(values)
 
 
-def _validate(args: argparse.Namespace) -> int:
+def _validate(args: ValidateOptions) -> int:
     from opmatrix.schema import ArtifactError, Contract, Matrix, count_matrix, validate_file
 
     bad = 0
@@ -210,14 +142,14 @@ def _validate(args: argparse.Namespace) -> int:
     return 2 if bad else 0
 
 
-def _schema(args: argparse.Namespace) -> int:
+def _schema(args: SchemaOptions) -> int:
     from opmatrix.schema.jsonschema import json_schema_text
 
     sys.stdout.write(json_schema_text(args.kind))
     return 0
 
 
-def _handler(verb: str) -> Callable[[argparse.Namespace], int] | None:
+def _handler(verb: str) -> Callable[[Any], int] | None:
     module_name, _, func = HANDLERS[verb].partition(":")
     try:
         module = importlib.import_module(module_name)
@@ -232,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code."""
     _tolerant_streams()
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv)  # the CLI only parses: each verb's options object checks the values
     bad = _non_utf8_argument(args)
     if bad is not None:
         print(f"opmatrix {args.verb}: {bad}", file=sys.stderr)
@@ -252,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from opmatrix.schema import ArtifactError
 
     try:
-        code = int(handler(args))
+        code = int(handler(options_for(args.verb, vars(args))))
         sys.stdout.flush()  # a closed pipe (``| head``) surfaces here, inside the handler below
         return code
     except BrokenPipeError:  # the reader stopped reading: not an error of ours (before OSError, its base)
@@ -295,7 +227,7 @@ def _non_utf8_argument(args: argparse.Namespace) -> str | None:
     from opmatrix.schema.text import non_utf8
 
     for name, value in vars(args).items():
-        for item in value if isinstance(value, list) else [value]:
+        for item in value if isinstance(value, (list, tuple)) else [value]:
             shown = non_utf8(item) if isinstance(item, str) else None
             if shown is not None:
                 option = name if name in ("matrix", "op", "files", "journals", "a", "b") else "--" + name.replace("_", "-")

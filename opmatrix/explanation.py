@@ -8,30 +8,23 @@ The model (a catalog workload or ``pkg.mod:factory``) is traced with ``make_fx``
 When the matrix holds a run of the same workload, the prediction is compared with the observed
 host fallback. Python API::
 
-    from opmatrix.explanation import explain
-    report = explain("out/refaccel-g1/matrix.yaml", "tinygpt")
+    import opmatrix
+    report = opmatrix.explain(opmatrix.ExplainOptions(matrix="out/refaccel-g1/matrix.yaml", model="tinygpt"))
     report.host_ops(), report.transfers
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["add_parser", "explain", "trace", "command"]
+if TYPE_CHECKING:
+    from opmatrix.matrix.placement import Placement
+    from opmatrix.options import ExplainOptions
+
+__all__ = ["command", "explain", "placement", "trace"]
 
 _DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-
-
-def add_parser(sub: Any) -> None:
-    """The ``explain`` verb's arguments."""
-    p = sub.add_parser("explain", help="predict where a model runs (host fallback, transfers) from a matrix")
-    p.add_argument("matrix", metavar="MATRIX")
-    p.add_argument("model", metavar="WORKLOAD", help="a catalog workload (mlp, tinygpt, ...) or pkg.mod:factory")
-    p.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16 (fp32/bf16/fp16)")
-    p.add_argument("--mode", choices=["eager", "compile"], default="eager")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def trace(name: str, dtype: str = "float32", mode: str = "eager") -> Any:
@@ -94,16 +87,27 @@ def _first_line(text: str, most: int = 160) -> str:
     return line if len(line) <= most else line[: most - 1] + "\u2026"
 
 
-def command(args: argparse.Namespace) -> int:
-    """Run ``opmatrix explain``; exit 2 for an unknown workload or dtype."""
-    from opmatrix.probes.workloads.catalog import DTYPES, WORKLOADS
+def placement(options: ExplainOptions) -> Placement:
+    """The :class:`~opmatrix.matrix.placement.Placement` the options ask for, every option checked first
+    (dtype, workload name, a factory that does not import or returns no ``nn.Module``): UsageError."""
+    from opmatrix.probes.workloads.catalog import WORKLOADS, BadFactory
+    from opmatrix.probes.workloads.cli import check_factory
     from opmatrix.schema import UsageError
 
-    dtype = _DTYPES.get(args.dtype, args.dtype)
-    if dtype not in DTYPES:
-        raise UsageError(f"--dtype: {args.dtype!r} is not one of {', '.join(DTYPES)}")
-    if args.model not in WORKLOADS and ":" not in args.model:
-        raise UsageError(f"explain: unknown workload {args.model!r}; known: {', '.join(WORKLOADS)} (or pkg.mod:factory)")
-    report = explain(args.matrix, args.model, dtype, args.mode)
-    print(json.dumps(report.to_json(), indent=1) if args.json else report.text())
+    dtype = _DTYPES.get(options.dtype, options.dtype)
+    if options.model not in WORKLOADS and ":" not in options.model:
+        raise UsageError(f"WORKLOAD: unknown workload {options.model!r}; known: {', '.join(WORKLOADS)} "
+                         "(or pkg.mod:factory)")
+    if ":" in options.model:
+        check_factory(options.model, "WORKLOAD")
+    try:
+        return explain(options.matrix, options.model, dtype, options.mode)  # type: ignore[no-any-return]
+    except BadFactory as exc:
+        raise UsageError(f"WORKLOAD: {exc}") from None
+
+
+def command(options: ExplainOptions) -> int:
+    """Run ``opmatrix explain``: print the placement (or ``--json``); exit 2 for bad input."""
+    report = placement(options)
+    print(json.dumps(report.to_json(), indent=1) if options.json else report.text())
     return 0

@@ -16,11 +16,9 @@ results); 1 when the run aborted (restart cap) or a cell crashed, hung or poison
 
 from __future__ import annotations
 
-import argparse
-import shlex
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opmatrix.schema import (
     PROCESS_FAULTS,
@@ -35,6 +33,10 @@ from opmatrix.schema import (
 )
 from opmatrix.schema.journalfile import Record, scan_journal
 from opmatrix.schema.outdir import DirClaim, check_out_path, claim_dir
+
+if TYPE_CHECKING:
+    from opmatrix.options import MergeOptions
+    from opmatrix.probes.options import ProbeOptions
 
 __all__ = ["merge", "probe"]
 
@@ -141,25 +143,25 @@ def _claim(out: Path, kind: str, command: str, force: bool) -> DirClaim:
     return claim
 
 
-def probe(args: argparse.Namespace) -> int:
+def probe(options: ProbeOptions) -> int:
     """Run ``opmatrix probe``: check, lock ``--out``, run the workers, build DIR/matrix.yaml."""
     from opmatrix.probes.runner.zygote import stop
 
     try:
-        return _probe(args)
+        return _probe(options)
     finally:
         stop()  # a zygote started for the plan (a first run) and never used: the run stops its own
 
 
-def _probe(args: argparse.Namespace) -> int:
+def _probe(options: ProbeOptions) -> int:
     from opmatrix.probes.planning import plan_probe
 
-    if args.out:
-        check_out_path(args.out)
-    plan = plan_probe(args)  # every argument checked: nothing written yet
-    claim = _claim(plan.out, "journal", plan.command, getattr(args, "force", False))
+    if options.out:
+        check_out_path(options.out)
+    plan = plan_probe(options)  # every argument checked: nothing written yet
+    claim = _claim(plan.out, "journal", plan.command, options.force)
     try:
-        _check_journals(plan, args.resume)
+        _check_journals(plan, options.resume)
     except BaseException:
         claim.abandon()
         raise
@@ -168,10 +170,10 @@ def _probe(args: argparse.Namespace) -> int:
         from opmatrix.probes.runner import run
 
         summary = run(
-            plan.tasks, backend=args.backend, generation=args.generation, out_dir=plan.out, workers=args.workers,
-            threads=args.threads, timeout=args.timeout, resume=args.resume, devices=plan.devices, shard=plan.shard,
-            max_restarts=args.max_restarts, options={"op_source_hash": plan.source.hash if plan.source else ""},
-            progress=not args.quiet, command=plan.command, header={"run": plan.identity}, handlers=TASK_HANDLERS,
+            plan.tasks, backend=options.backend, generation=options.generation, out_dir=plan.out, workers=options.workers,
+            threads=options.threads, timeout=options.timeout, resume=options.resume, devices=plan.devices, shard=plan.shard,
+            max_restarts=options.max_restarts, options={"op_source_hash": plan.source.hash if plan.source else ""},
+            progress=not options.quiet, command=plan.command, header={"run": plan.identity}, handlers=TASK_HANDLERS,
         )
         if summary.interrupted:  # the runner has said how many are recorded and how to resume
             return 130
@@ -180,7 +182,7 @@ def _probe(args: argparse.Namespace) -> int:
         if "distributed" in plan.suites:
             from opmatrix.probes.distributed.hooks import attach_distributed
 
-            matrix = attach_distributed(matrix, args, plan.out)
+            matrix = attach_distributed(matrix, options.backend, options.generation, plan.out, progress=not options.quiet)
         dump_model(matrix, plan.out / "matrix.yaml", command=plan.command)
     return _report(plan, summary, matrix)
 
@@ -209,35 +211,35 @@ def _same_run(headers: list[JournalHeader], paths: list[str]) -> None:
                              "merge the shards of one run"])
 
 
-def merge(args: argparse.Namespace) -> int:
+def merge(options: MergeOptions) -> int:
     """Join shard journals into DIR/journal.jsonl and build DIR/matrix.yaml from them."""
     from opmatrix.matrix.build import build_matrix
     from opmatrix.matrix.journal import dumps_records, merge_records
     from opmatrix.matrix.verbs import merge_backend, merge_evidence, merge_runtime
     from opmatrix.probes.runner.journal import rotate
 
-    out = check_out_path(args.out)
-    scans = [scan_journal(path) for path in args.journals]
+    out = check_out_path(options.out)
+    scans = [scan_journal(path) for path in options.journals]
     _say([n for n in (s.note() for s in scans) if n])
     records = merge_records([s.records for s in scans])
     headers = [r for r in records if isinstance(r, JournalHeader)]
     if not headers:
-        raise ArtifactError([f"{args.journals[0]}: no header line; a journal starts with a kind=header record"])
+        raise ArtifactError([f"{options.journals[0]}: no header line; a journal starts with a kind=header record"])
     _same_run([h for s in scans for h in s.headers], [str(s.path) for s in scans for _ in s.headers])
     backend = merge_backend(headers, _known_backend)
     with gc_paused():
         model = build_matrix(records, backend=backend, evidence=merge_evidence(headers), runtime=merge_runtime(headers))
-    command = "opmatrix " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    command = options.command_line()
     header = headers[0].model_copy(
         update={"planned": sum(h.planned for h in headers), "command": command, "started": model.evidence.started}
     )
     bodies = [r for r in records if not isinstance(r, JournalHeader)]
-    with _claim(out, "journal", command, getattr(args, "force", False)):
+    with _claim(out, "journal", command, options.force):
         rotate(out / JOURNAL)  # the journal that was there stays as journal.jsonl.prev
         write_text_atomic(out / JOURNAL, dumps_records([header, *bodies]))
         dump_model(model, out / "matrix.yaml", command=command)
     print(
-        f"merged {len(args.journals)} journal(s), {len(bodies)} record(s): {len(model.operators)} operators, "
+        f"merged {len(options.journals)} journal(s), {len(bodies)} record(s): {len(model.operators)} operators, "
         f"{model.cell_count()} cells, {len(model.skipped)} skipped task(s) -> {out / 'matrix.yaml'}"
     )
     return 0

@@ -1,6 +1,6 @@
 """Planning ``opmatrix probe``: check every argument, then plan the tasks and the run's identity.
 
-    plan = plan_probe(args)     # UsageError (exit 2) before any worker starts or anything is written
+    plan = plan_probe(options)  # UsageError (exit 2) before any worker starts or anything is written
     plan.tasks, plan.identity, plan.out
 
 The run itself (lock the directory, run the workers, build the matrix) is orchestrated by
@@ -9,25 +9,23 @@ The run itself (lock the directory, run the workers, build the matrix) is orches
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
-import math
 import platform
-import shlex
-import sys
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from opmatrix.schema import DEFAULT_DTYPES, BackendId, Evidence, Layout, OpSource
-from opmatrix.schema.enums import DTYPES
+from opmatrix.schema import DEFAULT_DTYPES, BackendId, Evidence, OpSource
 from opmatrix.schema.journal import RunIdentity
+
+from .options import ProbeOptions
 
 if TYPE_CHECKING:
     from opmatrix.backend.base import Adapter
 
-__all__ = ["ProbePlan", "plan_op_tasks", "plan_probe", "probe_evidence", "worker_evidence"]
+__all__ = ["ProbePlan", "checked_adapter", "default_out", "plan_op_tasks", "plan_probe", "probe_evidence", "worker_evidence"]
+
 
 def _usage(message: str) -> Exception:
     from opmatrix.schema import UsageError
@@ -37,22 +35,6 @@ def _usage(message: str) -> Exception:
 
 def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def _validate_names(values: list[str] | None, allowed: list[str], flag: str) -> list[str] | None:
-    if values is None:
-        return None
-    import difflib
-
-    if not values:
-        raise _usage(f"{flag}: empty; name at least one (choose from {', '.join(allowed)}) or leave {flag} out")
-
-    for v in values:
-        if v not in allowed:
-            close = difflib.get_close_matches(v, allowed, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise _usage(f"{flag}: unknown value {v!r}{hint} (choose from {', '.join(allowed)})")
-    return values
 
 
 def plan_op_tasks(sources: list[str], dtypes: list[str], options: dict[str, Any]) -> list[Any]:
@@ -71,10 +53,8 @@ def plan_op_tasks(sources: list[str], dtypes: list[str], options: dict[str, Any]
 
 
 def _runtime_tasks(backend: str, generation: str | None) -> list[Any]:
-    try:
-        from opmatrix.probes.runtime import plan_runtime_tasks
-    except ImportError:
-        return []
+    from opmatrix.probes.runtime import plan_runtime_tasks
+
     return list(plan_runtime_tasks(backend, generation))
 
 
@@ -162,31 +142,19 @@ class ProbePlan:
     suites: frozenset[str] = frozenset({"runtime", "ops"})
 
 
-def _check_numbers(args: argparse.Namespace) -> None:
-    for flag, value in (("--workers", args.workers), ("--threads", args.threads)):
-        if value is not None and value < 1:
-            raise _usage(f"{flag}: must be at least 1, got {value}")
-    if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
-        raise _usage(f"--timeout: must be a finite number of seconds above 0, got {args.timeout!r}")
-    if args.devices is not None and (not args.devices or not all(d.isdigit() for d in args.devices)):
-        raise _usage(f"--devices: expected device indices like 0,1, got {','.join(args.devices)!r}")
-    if args.max_restarts is not None and args.max_restarts < 0:
-        raise _usage("--max-restarts: must be 0 or more")
-    if args.ops is not None and not args.ops:
-        raise _usage("--ops: empty; name OpInfo names or patterns (e.g. --ops softmax,add or --ops 'linalg.*'), "
-                     "or leave --ops out to probe every op")
-
-
-def _adapter(args: argparse.Namespace) -> Any:
+def checked_adapter(backend: str, generation: str | None) -> Adapter:
+    """The adapter ``--backend`` / ``--generation`` name, ready to plan with: it resolves (a module
+    that does not import is one line), knows the generation, and its preflight finds nothing."""
     from opmatrix.backend import UnknownBackend, get_adapter
 
     try:
-        adapter = get_adapter(args.backend, generation=args.generation)
+        adapter = get_adapter(backend, generation=generation)
     except UnknownBackend as exc:
-        raise _usage(str(exc)) from None
+        text = str(exc)
+        raise _usage(text if text.startswith("--backend") else f"--backend: {text}") from None
     known = adapter.generations()
-    if args.generation is not None and known is not None and args.generation not in known:
-        raise _usage(f"--generation: {args.backend} has no generation {args.generation!r} (choose from {', '.join(known)})")
+    if generation is not None and known is not None and generation not in known:
+        raise _usage(f"--generation: {backend} has no generation {generation!r} (choose from {', '.join(known)})")
     problems = adapter.preflight()
     if problems:
         raise _usage(problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
@@ -204,18 +172,17 @@ def _shard(text: str | None) -> tuple[int, int] | None:
         raise _usage(f"--shard: {exc}") from None
 
 
-def _op_tasks(args: argparse.Namespace, dtypes: list[str], layouts: list[str] | None) -> tuple[list[Any], OpSource | None, list[str], dict[str, Any]]:
-    if args.runtime_only:
-        return [], None, [], {}
+def _op_tasks(opts: ProbeOptions, dtypes: list[str],
+              layouts: list[str] | None) -> tuple[list[Any], OpSource | None, list[str], dict[str, Any]]:
     from opmatrix.probes.ops.source import UnknownOp, select_ops, source_hash
 
     try:
-        entries = select_ops(args.ops)
+        entries = select_ops(list(opts.ops) if opts.ops is not None else None)
     except UnknownOp as exc:
         raise _usage(str(exc)) from None
-    options: dict[str, Any] = {"compile": "off" if args.no_compile else args.compile}
-    if getattr(args, "compile_backend", None):
-        options["compile_backend"] = args.compile_backend
+    options: dict[str, Any] = {"compile": "off" if opts.no_compile else opts.compile}
+    if opts.compile_backend:
+        options["compile_backend"] = opts.compile_backend
     if layouts:
         options["layouts"] = layouts
     names = [e.full_name for e in entries]
@@ -223,19 +190,26 @@ def _op_tasks(args: argparse.Namespace, dtypes: list[str], layouts: list[str] | 
     return plan_op_tasks(names, dtypes, options), source, names, options
 
 
-def plan_probe(args: argparse.Namespace) -> ProbePlan:
-    """Check every argument of ``opmatrix probe`` and plan the run; UsageError names the fix."""
-    _check_numbers(args)
-    dtypes = _validate_names(args.dtypes, list(DTYPES), "--dtypes") or list(DEFAULT_DTYPES)
-    layouts = _validate_names(args.layouts, [lay.value for lay in Layout], "--layouts")
-    shard = _shard(args.shard)
-    adapter = _adapter(args)
-    out = Path(args.out or f"out/{args.backend.replace(':', '_')}{'-' + args.generation if args.generation else ''}")
-    command = "opmatrix " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else "opmatrix probe"
-    started = _now()
-    from opmatrix.probes.workloads.cli import resolve_suites, workload_tasks
+def default_out(options: ProbeOptions) -> Path:
+    """``--out``, else ``out/<backend>[-<generation>]``."""
+    gen = f"-{options.generation}" if options.generation else ""
+    return Path(options.out or f"out/{options.backend.replace(':', '_')}{gen}")
 
-    suites = resolve_suites(args)
+
+def plan_probe(opts: ProbeOptions) -> ProbePlan:
+    """Check what the options alone cannot (backend, generation, ops, workloads) and plan the run;
+    UsageError names the option and the fix, before anything is written."""
+    dtypes = list(opts.dtypes or DEFAULT_DTYPES)
+    layouts = list(opts.layouts) if opts.layouts else None
+    shard = _shard(opts.shard)
+    suites = opts.chosen_suites()
+    adapter = checked_adapter(opts.backend, opts.generation)
+    out = default_out(opts)
+    command = opts.command_line()
+    started = _now()
+    from opmatrix.probes.workloads.cli import workload_tasks
+
+    workloads = workload_tasks(opts) if "workloads" in suites else []  # user factories checked before op planning
     if "ops" in suites:
         from opmatrix.probes.ops import source as op_source
         from opmatrix.probes.runner import zygote
@@ -245,22 +219,21 @@ def plan_probe(args: argparse.Namespace) -> ProbePlan:
                 answered, index = zygote.ask(op_source.index_data)
                 if not (answered and op_source.adopt_index(index)):
                     zygote.give_up()  # it failed: planning imports op_db itself, and workers are spawned
-    tasks, source, names, options = _op_tasks(args, dtypes, layouts) if "ops" in suites else ([], None, [], {})
+    tasks, source, names, options = _op_tasks(opts, dtypes, layouts) if "ops" in suites else ([], None, [], {})
     if "runtime" in suites:
-        tasks = _runtime_tasks(args.backend, args.generation) + tasks
-    if "workloads" in suites:
-        tasks += workload_tasks(args)
+        tasks = _runtime_tasks(opts.backend, opts.generation) + tasks
+    tasks += workloads
     identity = RunIdentity(
-        backend=args.backend, generation=adapter.generation, adapter=f"{type(adapter).__module__}.{type(adapter).__qualname__}",
+        backend=opts.backend, generation=adapter.generation, adapter=f"{type(adapter).__module__}.{type(adapter).__qualname__}",
         ops=names, dtypes=dtypes if "ops" in suites else [], layouts=layouts,
         runtime="only" if suites == {"runtime"} else "on" if "runtime" in suites else "off",
         options={**{k: v for k, v in options.items() if not isinstance(v, list)}, "suites": ",".join(sorted(suites)),
                  "workloads": ",".join(t.id for t in tasks if t.kind == "workload"),
-                 **({"compile_backend": args.compile_backend} if getattr(args, "compile_backend", None) else {})},
-        shard=args.shard or None, op_source_hash=source.hash if source else "",
+                 **({"compile_backend": opts.compile_backend} if opts.compile_backend else {})},
+        shard=opts.shard or None, op_source_hash=source.hash if source else "",
     )
     return ProbePlan(
         adapter=adapter, backend_id=_identity(adapter), out=out, command=command, started=started, tasks=tasks,
         planned=tasks if shard is None else _shard_of(tasks, shard), identity=identity, source=source, shard=shard,
-        devices=[int(d) for d in args.devices] if args.devices else None, suites=frozenset(suites),
+        devices=[int(d) for d in opts.devices] if opts.devices else None, suites=frozenset(suites),
     )

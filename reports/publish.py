@@ -1,9 +1,7 @@
-"""``opmatrix report MATRIX [--baseline MATRIX] [--gate RESULT.json] --out DIR``."""
+"""``opmatrix report MATRIX [--baseline MATRIX] [--gate RESULT.json] [--compat FILE] --out DIR``."""
 
 from __future__ import annotations
 
-import argparse
-import shlex
 import sys
 
 from opmatrix.schema import ArtifactError, Matrix, count_matrix, load_matrix, load_model
@@ -12,22 +10,10 @@ from opmatrix.schema.perf import CompatReport
 
 from .compat import CompatView, compat_view
 from .gate import load_gate
+from .options import ReportOptions
 from .site import render_site
 
-__all__ = ["report", "report_command"]
-
-
-def report_command(args: argparse.Namespace) -> str:
-    """The command line that regenerates this site, written into every page."""
-    parts = ["opmatrix", "report", args.matrix]
-    if getattr(args, "baseline", None):
-        parts += ["--baseline", args.baseline]
-    if getattr(args, "gate", None):
-        parts += ["--gate", args.gate]
-    if getattr(args, "compat", None):
-        parts += ["--compat", args.compat]
-    parts += ["--out", args.out]
-    return shlex.join(parts)
+__all__ = ["report"]
 
 
 def _compat(path: str, matrix: Matrix) -> CompatView:
@@ -39,14 +25,14 @@ def _compat(path: str, matrix: Matrix) -> CompatView:
     return compat_view(report)
 
 
-def report(args: argparse.Namespace) -> int:
+def report(args: ReportOptions) -> int:
     """Render the support site; prints the index path. Exit 2 (via ArtifactError) on bad input."""
     matrix = load_matrix(args.matrix)
-    baseline = load_matrix(args.baseline) if getattr(args, "baseline", None) else None
-    gate = load_gate(args.gate, matrix) if getattr(args, "gate", None) else None
-    compat = _compat(args.compat, matrix) if getattr(args, "compat", None) else None
-    command = report_command(args)
-    with claim_dir(args.out, kind="site", command=command, force=getattr(args, "force", False)) as claim:
+    baseline = load_matrix(args.baseline) if args.baseline else None
+    gate = load_gate(args.gate, matrix) if args.gate else None
+    compat = _compat(args.compat, matrix) if args.compat else None
+    command = args.command_line()  # written into every page: the line that regenerates the site
+    with claim_dir(args.out, kind="site", command=command, force=args.force) as claim:
         for note in claim.notes:
             print(note, file=sys.stderr)
         result = render_site(matrix, args.out, baseline=baseline, gate=gate, compat=compat, command=command,

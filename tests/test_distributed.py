@@ -6,7 +6,6 @@ groups on 127.0.0.1 (gloo for cpu, refaccel's host-staged c10d backend for refac
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 from pathlib import Path
@@ -172,15 +171,17 @@ class TestDiffAndSite:
 class TestSuitesFlag:
     def test_suites_parsing_and_aliases(self) -> None:
         """Default runtime,ops; --runtime-only / --no-runtime stay aliases; an unknown suite is named."""
-        from opmatrix.probes.suites import resolve_suites
+        from opmatrix.probes.options import ProbeOptions
 
-        ns = argparse.Namespace
-        assert resolve_suites(ns(suites=None)) == {"runtime", "ops"}
-        assert resolve_suites(ns(suites=["distributed"])) == {"distributed"}
-        assert resolve_suites(ns(suites=None, runtime_only=True)) == {"runtime"}
-        assert resolve_suites(ns(suites=["runtime", "distributed"], no_runtime=True)) == {"distributed"}
+        def suites(**kw: object) -> set[str]:
+            return ProbeOptions(backend="cpu", **kw).chosen_suites()
+
+        assert suites() == {"runtime", "ops"}
+        assert suites(suites=("distributed",)) == {"distributed"}
+        assert suites(runtime_only=True) == {"runtime"}
+        assert suites(suites=("runtime", "distributed"), no_runtime=True) == {"distributed"}
         with pytest.raises(ValueError, match="'distributd'"):
-            resolve_suites(ns(suites=["distributd"]))
+            suites(suites=("distributd",))
 
     def test_unknown_suite_exits_2(self) -> None:
         proc = run_cli("probe", "--backend", "cpu", "--suites", "nope", "--out", "/tmp/opm-never")

@@ -133,14 +133,14 @@ def test_the_zygote_answers_questions_from_a_child_and_says_when_it_cannot(tmp_p
 
 _PLAN = """
 import json, sys
-from opmatrix.cli import build_parser
+from opmatrix.probes.options import ProbeOptions
 from opmatrix.probes.planning import plan_probe
 from opmatrix.probes.ops import source
 from opmatrix.probes.runner import zygote
 if __name__ == "__main__":
     if len(sys.argv) > 1:  # a zygote whose imports fail (it dies before it can answer)
         zygote.WARM["op"] = sys.argv[1]
-    plan = plan_probe(build_parser().parse_args(["probe", "--backend", "cpu", "--ops", "add,softmax", "--no-runtime"]))
+    plan = plan_probe(ProbeOptions(backend="cpu", ops=("add", "softmax"), no_runtime=True))
     workers = zygote.start_method(replacement=True)  # how the run's workers would start
     zygote.stop()
     print(json.dumps({"torch": "torch" in sys.modules, "tasks": [t.id for t in plan.tasks], "workers": workers,

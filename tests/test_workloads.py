@@ -171,14 +171,14 @@ def test_explain_traces_a_catalog_workload_without_a_device(tmp_path):
 
 
 def test_suites_default_aliases_and_errors():
-    import argparse
-
-    from opmatrix.probes.workloads.cli import resolve_suites
+    from opmatrix.probes.options import ProbeOptions
     from opmatrix.schema import UsageError
 
-    ns = argparse.Namespace
-    assert resolve_suites(ns(suites=None, workloads=None, runtime_only=False, no_runtime=False)) == {"runtime", "ops"}
-    assert resolve_suites(ns(suites=None, workloads="mlp", runtime_only=False, no_runtime=True)) == {"ops", "workloads"}
-    assert resolve_suites(ns(suites=["ops", "workloads"], workloads=None, runtime_only=True, no_runtime=False)) == {"runtime"}
-    with pytest.raises(UsageError, match="unknown suite 'workload'"):
-        resolve_suites(ns(suites=["workload"], workloads=None, runtime_only=False, no_runtime=False))
+    def suites(**kw):
+        return ProbeOptions(backend="cpu", **kw).chosen_suites()
+
+    assert suites() == {"runtime", "ops"}
+    assert suites(workloads=("mlp",), no_runtime=True) == {"ops", "workloads"}
+    assert suites(suites=("ops", "workloads"), runtime_only=True) == {"runtime"}
+    with pytest.raises(UsageError, match="unknown value 'workload'"):
+        suites(suites=("workload",))

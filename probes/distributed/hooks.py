@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -10,11 +9,11 @@ from typing import Any
 __all__ = ["attach_distributed"]
 
 
-def attach_distributed(matrix: Any, args: argparse.Namespace, out: Path) -> Any:
-    """Run the distributed suite for ``args.backend`` and return ``matrix`` with its ``distributed`` section."""
+def attach_distributed(matrix: Any, backend: str, generation: str | None, out: Path, *, progress: bool) -> Any:
+    """Run the distributed suite for ``backend`` and return ``matrix`` with its ``distributed`` section."""
     from .suite import run_suite
 
-    section = run_suite(args.backend, args.generation, out, progress=not getattr(args, "quiet", False))
+    section = run_suite(backend, generation, out, progress=progress)
     counts = Counter(c.outcome.value for c in section.cases)
     print(f"distributed ({section.c10d_backend}): {len(section.cases)} cases, "
           + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))

@@ -10,7 +10,6 @@ stderr; the exit code is then 1.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -19,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from opmatrix.probes.options import BenchOptions
+from opmatrix.probes.planning import checked_adapter
 from opmatrix.schema import UsageError, dump_model, validate_data
 from opmatrix.schema.perf import PerfRecord
 
@@ -36,14 +37,13 @@ def _known_workloads() -> list[str]:
     return sorted(WORKLOADS)
 
 
-def bench_specs(args: argparse.Namespace) -> list[dict[str, Any]]:
+def bench_specs(args: BenchOptions) -> list[dict[str, Any]]:
     """One measurement spec per (workload, mode) and per hot operator the arguments select."""
     from .hotops import HOT_OPS
 
-    workloads, ops = args.workloads, args.ops
-    if workloads is None and ops is None:
+    workloads, ops = list(args.workloads or []), list(args.ops or [])
+    if args.workloads is None and args.ops is None:
         workloads, ops = list(DEFAULT_WORKLOADS), list(DEFAULT_OPS)
-    workloads, ops = workloads or [], ops or []
     unknown = [w for w in workloads if w not in _known_workloads()]
     unknown += [o for o in ops if o not in HOT_OPS]
     if unknown:
@@ -51,8 +51,6 @@ def bench_specs(args: argparse.Namespace) -> list[dict[str, Any]]:
             f"opmatrix bench: unknown workload/op {', '.join(unknown)}; workloads: {', '.join(_known_workloads())}; "
             f"ops: {', '.join(sorted(HOT_OPS))}"
         )
-    if args.slowdown < 1.0:
-        raise UsageError(f"opmatrix bench: --slowdown {args.slowdown} must be >= 1.0 (1.3 = 30% slower)")
     common = {"backend": args.backend, "generation": args.generation, "dtype": args.dtype, "seed": args.seed,
               "warmup": args.warmup, "repetitions": args.repetitions, "target_window_s": args.window_ms / 1000,
               "threads": args.threads, "slowdown": args.slowdown}
@@ -129,14 +127,16 @@ def measure_all(specs: list[dict[str, Any]], runs: int, timeout: float) -> tuple
     return merged, list(failed.values())
 
 
-def bench(args: argparse.Namespace) -> int:
-    """Run ``opmatrix bench``; 0 when every subject produced a record, 1 otherwise."""
+def bench(args: BenchOptions) -> int:
+    """Run ``opmatrix bench``; 0 when every subject produced a record, 1 otherwise.
+
+    Every argument is checked (the options, the subjects, the backend and its generation) before
+    the first measuring process starts or ``--out`` is made."""
     specs = bench_specs(args)
-    if args.runs < 1:
-        raise UsageError(f"opmatrix bench: --runs {args.runs} must be at least 1")
+    checked_adapter(args.backend, args.generation)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    command = "opmatrix bench " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "opmatrix bench"
+    command = args.command_line()
     t0 = time.monotonic()
     records, failures = measure_all(specs, args.runs, args.timeout)
     for rec in records:

@@ -1,6 +1,6 @@
 """One measurement in its own process: ``python -m opmatrix.probes.perf.worker SPEC_JSON``.
 
-The parent (:mod:`.command`) spawns this with a deadline; it sets up the backend, measures one
+The parent (:mod:`.bench`) spawns this with a deadline; it sets up the backend, measures one
 subject and prints the record as one JSON line after :data:`MARK`. A crash, hang or error costs
 that subject only.
 """

@@ -11,7 +11,7 @@ in-process checks run in a spawned worker, the fork / spawn suite each in a proc
 Modules: ``catalog`` (the checks, in bring-up order), ``discovery`` (level 0), ``tensors``,
 ``claims``, ``state``, ``streams``, ``memory`` (level 1), ``process`` / ``children`` /
 ``casehost`` (the process suite), ``apis`` (generic API coverage), ``execute`` (isolation and the
-matrix section), ``checks`` (runner tasks), ``command`` (doctor).
+matrix section), ``checks`` (runner tasks), ``doctor`` (the doctor verb).
 """
 
 from __future__ import annotations

@@ -12,12 +12,12 @@ Exit codes: 0 when no level 0/1 check fails (checks that could not be decided ar
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from typing import Any, TextIO
 
+from opmatrix.probes.options import DoctorOptions
 from opmatrix.schema import CheckResult, Runtime, RuntimeCheck
 
 from .catalog import STAGES, by_name
@@ -115,17 +115,17 @@ def _validate(spec: str, generation: str | None) -> bool | None:
     return bool(adapter.verified)
 
 
-def doctor(args: argparse.Namespace) -> int:
+def doctor(args: DoctorOptions) -> int:
     """Run the level 0/1 checks against ``args.backend`` and print the table (or ``--json``)."""
-    generation = getattr(args, "generation", None)
+    generation = args.generation
     verified = _validate(args.backend, generation)
     start = time.monotonic()
     runtime = runtime_from_records(run_checks(args.backend, generation))
     seconds = time.monotonic() - start
     code = exit_code(runtime)
-    if (getattr(args, "level", None) or 1) >= 5:
+    if args.level >= 5:
         return _doctor_level5(args, generation, runtime, seconds, code, verified)
-    if getattr(args, "json", False):
+    if args.json:
         payload = {"backend": args.backend, "generation": generation, "exit_code": code,
                    "seconds": round(seconds, 1), "runtime": runtime.model_dump(mode="json")}
         print(json.dumps(payload, indent=2, sort_keys=True))
@@ -138,12 +138,12 @@ def doctor(args: argparse.Namespace) -> int:
     return code
 
 
-def _doctor_level5(args: argparse.Namespace, generation: str | None, runtime: Any, seconds: float, code: int,
+def _doctor_level5(args: DoctorOptions, generation: str | None, runtime: Any, seconds: float, code: int,
                    verified: bool | None) -> int:
     """``doctor --level 5``: the level 0/1 table, then the distributed suite."""
     from opmatrix.probes.distributed.hooks import doctor_distributed
 
-    as_json = bool(getattr(args, "json", False))
+    as_json = args.json
     if not as_json:
         gen = f" {generation}" if generation else ""
         render(runtime, f"opmatrix doctor: {args.backend}{gen}: {len(runtime.checks)} level 0/1 checks in {seconds:.1f} s",

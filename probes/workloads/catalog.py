@@ -26,7 +26,7 @@ from torch.nn import functional as F  # noqa: N812
 
 from opmatrix.probes.workloads import models
 
-__all__ = ["WORKLOADS", "Workload", "WorkloadSpec", "build", "resolve_names", "DTYPES"]
+__all__ = ["WORKLOADS", "BadFactory", "Workload", "WorkloadSpec", "build", "resolve_names", "DTYPES"]
 
 #: dtype names the workload suite runs (a backend's claimed dtypes filter these)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -186,6 +186,10 @@ def _optional() -> None:
 _optional()
 
 
+class BadFactory(TypeError):
+    """A ``pkg.mod:factory`` that raised, or returned something other than ``(nn.Module, inputs)``."""
+
+
 def resolve_names(spec: str | None) -> list[str]:
     """``all`` / None -> the whole catalog; else the comma list, each a catalog name or ``pkg.mod:factory``."""
     if spec is None or spec.strip() in ("", "all"):
@@ -208,10 +212,20 @@ def build(name: str, dtype: torch.dtype = torch.float32, seed: int = 0) -> Workl
 
 
 def _user(ref: str, dtype: torch.dtype, seed: int) -> Workload:
+    from opmatrix.schema.userref import import_user_module
+
     mod_name, _, attr = ref.partition(":")
-    factory = getattr(importlib.import_module(mod_name), attr)
+    factory = getattr(import_user_module(mod_name), attr)
     torch.manual_seed(seed)
-    got = factory()
+    try:
+        got = factory()
+    except Exception as exc:  # noqa: BLE001 - the user's code failed: say how, in one line
+        from opmatrix.schema.userref import import_failure
+
+        raise BadFactory(f"workload factory {ref} raised {import_failure(exc)}") from exc
+    if not (isinstance(got, (tuple, list)) and len(got) >= 2 and isinstance(got[0], torch.nn.Module)):
+        raise BadFactory(f"workload factory {ref} returned {type(got).__name__}, not (nn.Module, inputs[, loss_fn]); "
+                         "return the model and its example inputs")
     model, inputs = got[0], tuple(got[1]) if isinstance(got[1], (tuple, list)) else (got[1],)
     loss_fn = got[2] if len(got) > 2 else None
     model = model.to(dtype)

@@ -1,74 +1,52 @@
-"""``opmatrix probe`` options for suites and workloads, and the workload tasks they plan::
+"""``opmatrix probe``'s workload tasks and what the probe prints about workload runs::
 
     opmatrix probe --backend refaccel --suites runtime,ops,workloads --workloads mlp,tinygpt
+
+The options themselves are declared in :mod:`opmatrix.probes.options`.
 """
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
+from opmatrix.probes.options import WORKLOAD_DTYPES, WORKLOAD_MODES, ProbeOptions
+from opmatrix.schema import UsageError
 from opmatrix.schema.text import cut
 
-__all__ = ["SUITES", "add_probe_arguments", "resolve_suites", "summary_lines", "workload_tasks"]
-
-#: the suites ``--suites`` may name (``distributed`` joins when its module is installed)
-SUITES = ("runtime", "ops", "workloads", "distributed")
-_MODES = ("eager", "compile")
-_DTYPES = ("float32", "bfloat16", "float16")
+__all__ = ["check_factory", "summary_lines", "workload_tasks"]
 
 
-def _csv(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
+def check_factory(ref: str, flag: str) -> None:
+    """A ``pkg.mod:factory`` reference imports and names a callable (UsageError naming ``flag`` otherwise)."""
+    from opmatrix.schema.userref import import_failure, import_user_module
 
-
-def add_probe_arguments(p: argparse.ArgumentParser) -> None:
-    """``--suites``, ``--workloads``, ``--workload-dtypes``, ``--workload-modes``."""
-    p.add_argument("--workloads", help="workloads to run (--suites workloads): all, or a comma list of catalog "
-                   "names and pkg.mod:factory (default all)")
-    p.add_argument("--workload-dtypes", type=_csv, help="workload dtypes (default float32,bfloat16,float16)")
-    p.add_argument("--workload-modes", type=_csv, help="eager, compile or both (default eager,compile)")
-
-
-def _usage(message: str) -> Exception:
-    from opmatrix.schema import UsageError
-
-    return UsageError(message)
-
-
-def resolve_suites(args: argparse.Namespace) -> set[str]:
-    """The suites to run: ``--suites``, else runtime,ops (plus workloads when --workloads is given)."""
-    from opmatrix.probes.suites import resolve_suites as chosen
-
+    module_name, _, attr = ref.partition(":")
+    if not module_name or not attr or not all(p.isidentifier() for p in [*module_name.split("."), attr]):
+        raise UsageError(f"{flag}: {ref!r} is not pkg.module:factory")
     try:
-        suites = chosen(args)
-    except ValueError as exc:
-        raise _usage(str(exc)) from None
-    if not getattr(args, "suites", None) and getattr(args, "workloads", None) and not getattr(args, "runtime_only", False):
-        suites.add("workloads")
-    return suites
+        module = import_user_module(module_name)
+    except Exception as exc:  # noqa: BLE001 - whatever the import raised is the message
+        raise UsageError(f"{flag}: {ref!r}: cannot import {module_name!r}: {import_failure(exc)}") from None
+    if not callable(getattr(module, attr, None)):
+        raise UsageError(f"{flag}: {ref!r}: module {module_name!r} has no callable {attr!r}; name a function "
+                         "returning (model, inputs)")
 
 
-def _checked(values: list[str] | None, allowed: tuple[str, ...], flag: str) -> list[str]:
-    values = values or list(allowed)
-    for v in values:
-        if v not in allowed:
-            raise _usage(f"{flag}: unknown value {v!r} (choose from {', '.join(allowed)})")
-    return values
-
-
-def workload_tasks(args: argparse.Namespace) -> list[Any]:
-    """The ``workload`` tasks ``args`` asks for (usage errors name the flag)."""
+def workload_tasks(options: ProbeOptions) -> list[Any]:
+    """The ``workload`` tasks the options ask for; a user factory is imported here, before any worker."""
     from .catalog import resolve_names
     from .handler import plan_workload_tasks
 
     try:
-        names = resolve_names(getattr(args, "workloads", None))
+        names = resolve_names(",".join(options.workloads) if options.workloads is not None else None)
     except ValueError as exc:
-        raise _usage(str(exc)) from None
-    dtypes = _checked(getattr(args, "workload_dtypes", None), _DTYPES, "--workload-dtypes")
-    modes = _checked(getattr(args, "workload_modes", None), _MODES, "--workload-modes")
-    return plan_workload_tasks(names, dtypes, modes, compile_backend=getattr(args, "compile_backend", None))
+        raise UsageError(str(exc)) from None
+    for name in names:
+        if ":" in name:
+            check_factory(name, "--workloads")
+    dtypes = list(options.workload_dtypes or WORKLOAD_DTYPES)
+    modes = list(options.workload_modes or WORKLOAD_MODES)
+    return plan_workload_tasks(names, dtypes, modes, compile_backend=options.compile_backend)
 
 
 def summary_lines(results: list[Any]) -> list[str]:

@@ -1,0 +1,91 @@
+"""The library API: every command as a function of its typed options, no argparse needed.
+
+    >>> import opmatrix
+    >>> opts = opmatrix.ProbeOptions(backend="cpu", ops=("add",), dtypes=("float32",), no_runtime=True,
+    ...                              out="out/cpu-add")
+    >>> opmatrix.probe(opts)                                                        # doctest: +SKIP
+    0
+    >>> opmatrix.gate(opmatrix.GateOptions(matrix="out/cpu-add/matrix.yaml",
+    ...                                    contract="my-contract.yaml"))             # doctest: +SKIP
+
+Each function checks every option before it does any work and raises
+:class:`~opmatrix.schema.UsageError` or :class:`~opmatrix.schema.ArtifactError` naming the
+option or file and the fix (the CLI prints that one line and exits 2). Each returns the
+command's exit code (0 success, 1 a verdict against the input, 130 interrupted) and prints what
+the command prints. The options make the command line recorded in the artifacts
+(``options.command_line()``), whether the call came from the CLI or from Python.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from opmatrix.ci.options import CompatOptions, GateOptions
+    from opmatrix.matrix.placement import Placement
+    from opmatrix.options import ExplainOptions, MergeOptions
+    from opmatrix.probes.options import BenchOptions, ProbeOptions
+    from opmatrix.reports.options import ReportOptions
+
+__all__ = ["bench", "compat", "explain", "gate", "merge", "probe", "report"]
+
+
+def probe(options: ProbeOptions) -> int:
+    """Probe a backend into ``options.out`` (journal.jsonl, matrix.yaml); 0 when every task was recorded,
+    1 when the run aborted or a cell crashed, hung or poisoned its worker, 130 when interrupted."""
+    from opmatrix.pipeline import probe as run_probe
+
+    return run_probe(options)
+
+
+def merge(options: MergeOptions) -> int:
+    """Merge the shard journals of one run into ``options.out`` (journal.jsonl, matrix.yaml)."""
+    from opmatrix.pipeline import merge as run_merge
+
+    return run_merge(options)
+
+
+def gate(options: GateOptions) -> int:
+    """Judge the evidence against the contract; 0 the release may ship, 1 blocked."""
+    from opmatrix.ci.gate import gate as run_gate
+
+    return run_gate(options)
+
+
+def report(options: ReportOptions) -> int:
+    """Render the HTML support site into ``options.out``; prints the index's path."""
+    from opmatrix.reports.publish import report as run_report
+
+    return run_report(options)
+
+
+def explain(options: ExplainOptions) -> Placement:
+    """Where the model would run on the matrix's backend: each node's path, host fallback, transfers.
+
+    The model is a catalog workload or ``pkg.mod:factory`` (returning ``(model, inputs)``); it is
+    traced on fake tensors, so no device is needed."""
+    from opmatrix.explanation import placement
+
+    return placement(options)
+
+
+def bench(options: BenchOptions) -> int:
+    """Measure workloads and hot ops into ``options.out`` (one performance record per subject)."""
+    from opmatrix.probes.perf.bench import bench as run_bench
+
+    return run_bench(options)
+
+
+def compat(options: CompatOptions) -> int:
+    """Probe the op set under each torch version of ``options.torch`` into ``options.out``/compat.yaml."""
+    from opmatrix.ci.compatrun import compat as run_compat
+    from opmatrix.probes.ops.source import UnknownOp, select_ops
+    from opmatrix.probes.planning import checked_adapter
+    from opmatrix.schema import UsageError
+
+    checked_adapter(options.backend, None)  # what the per-version probes would refuse, refused before any
+    try:
+        select_ops(list(options.ops))
+    except UnknownOp as exc:
+        raise UsageError(str(exc)) from None
+    return run_compat(options)
