@@ -52,8 +52,8 @@ class CompatOptions(Options):
                           "package.module:attr or privateuse1:package.module; default cpu)")
     torch: tuple[str, ...] = option(help="torch versions, e.g. 2.9.0,2.13.0")
     ops: tuple[str, ...] = option(("add", "mul", "mm", "softmax"),
-                                  help="comma-separated OpInfo names probed under each version (default add,mul,mm,softmax)")
-    timeout: float = option(600.0, above=0, unit="seconds", help="deadline in seconds for each step of a version's run (default 600)")
+                                  help="comma-separated OpInfo names probed under each version")
+    timeout: float = option(600.0, above=0, unit="seconds", help="deadline in seconds for each step of a version's run")
     out: str = option(help="output directory (compat.yaml, one matrix per version)")
 
     def check(self) -> None:

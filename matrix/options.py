@@ -27,7 +27,7 @@ class QueryOptions(Options):
     dtype: str | None = option(None, help="the cell's dtype, e.g. float32 (omitted: list the op's entries)")
     rank: int | None = option(None, min=0, help="the cell's rank (omitted: list the op's entries)")
     layout: str | None = option(None, help="the cell's layout (default contiguous)")
-    mode: str = option("eager", choices=("eager", "compile"), help="eager or compile (default eager)")
+    mode: str = option("eager", choices=("eager", "compile"), help="eager or compile")
     arg: tuple[str, ...] = option((), repeat=True, empty_ok=True, metavar="NAME=VALUE",
                                   help="argument value for conditional entries, e.g. dim=-1 (repeatable)")
     json: bool = option(False, help="print one JSON object")

@@ -56,11 +56,15 @@ class _Parser(argparse.ArgumentParser):
 def add_options(parser: argparse.ArgumentParser, cls: type[Options]) -> None:
     """Declare ``cls``'s options on ``parser``: positionals in order, then the flags.
 
-    Nothing is given a default here (``argparse.SUPPRESS``): an option left out takes the
-    dataclass's default, so there is one default, declared once."""
+    The defaults are the dataclass's, copied (a list as its comma text, which argparse parses like
+    a given value), so that ``--help`` and the CLI reference show them: declared once."""
     for opt in option_fields(cls):
         spec = opt.spec
-        kw: dict[str, Any] = {"help": spec.help.replace("%", "%%"), "default": argparse.SUPPRESS}
+        kw: dict[str, Any] = {"help": spec.help.replace("%", "%%")}
+        if not opt.required and not spec.positional:
+            repeatable = opt.kind == "list" and spec.repeat
+            kw["default"] = ",".join(opt.default) if opt.kind == "list" and opt.default and not repeatable \
+                else argparse.SUPPRESS if repeatable else opt.default
         if spec.metavar:
             kw["metavar"] = spec.metavar
         if spec.positional:

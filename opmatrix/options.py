@@ -61,7 +61,7 @@ class ExplainOptions(Options):
                         help="a catalog workload (mlp, tinygpt, ...) or pkg.mod:factory returning (model, inputs)")
     dtype: str = option("float32", choices=("float32", "bfloat16", "float16", "fp32", "bf16", "fp16"),
                         help="float32, bfloat16 or float16 (fp32/bf16/fp16)")
-    mode: str = option("eager", choices=("eager", "compile"), help="eager or compile (default eager)")
+    mode: str = option("eager", choices=("eager", "compile"), help="eager or compile")
     json: bool = option(False, help="print one JSON object")
 
 

@@ -27,7 +27,7 @@ DEFAULT_SUITES: tuple[str, ...] = ("runtime", "ops")
 WORKLOAD_DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 WORKLOAD_MODES: tuple[str, ...] = ("eager", "compile")
 _BACKEND_HELP = ("cpu, meta, cuda, mps, xpu, refaccel, xla, package.module:attr (an adapter class or factory; "
-                 "the current directory is searched first, as `python -m` does) or privateuse1:package.module "
+                 "a module that is not installed is looked for in the current directory) or privateuse1:package.module "
                  "(a module that registers a PrivateUse1 device when imported)")
 
 
@@ -51,7 +51,7 @@ class ProbeOptions(Options):
     threads: int = option(1, min=1, help="torch intra-op threads per worker (default 1: probe tensors are small, "
                           "and on a shared machine two OpenMP threads per worker wait on each other)")
     timeout: float = option(60.0, above=0, unit="seconds", help="seconds a unit may run without progress before it is called hung "
-                            "(5x for compile units; default 60)")
+                            "(5x for compile units)")
     resume: bool = option(False, help="continue from DIR/journal.jsonl")
     devices: tuple[str, ...] | None = option(None, help="device indices to spread workers over, e.g. 0,1")
     shard: str | None = option(None, help="probe slice I of N, as I/N (1-based)")
@@ -63,7 +63,7 @@ class ProbeOptions(Options):
     no_compile: bool = option(False, help="skip compile-mode probes (same as --compile off)")
     compile: str = option("auto", choices=("off", "auto", "all"),
                           help="compile-mode probes: auto = cells unavailable in eager, plus compiled == eager for "
-                          "one sample per op at float32; all = that check at every dtype (default auto)")
+                          "one sample per op at float32; all = that check at every dtype")
     compile_backend: str | None = option(None, metavar="NAME",
                                          help="torch.compile backend for compile-mode probes and workloads (default: "
                                          "the adapter's, e.g. aot_eager for cpu; inductor builds C++ kernels, tens of "
@@ -76,7 +76,7 @@ class ProbeOptions(Options):
     workload_dtypes: tuple[str, ...] | None = option(None, choices=WORKLOAD_DTYPES,
                                                      help="workload dtypes (default float32,bfloat16,float16)")
     workload_modes: tuple[str, ...] | None = option(None, choices=WORKLOAD_MODES,
-                                                    help="eager, compile or both (default eager,compile)")
+                                                    help="eager, compile or both")
 
     def check(self) -> None:
         if self.devices is not None and not all(d.isdigit() for d in self.devices):
@@ -111,15 +111,15 @@ class BenchOptions(Options):
     workloads: tuple[str, ...] | None = option(None, help="comma-separated workloads (default mlp,cnn unless --ops)")
     ops: tuple[str, ...] | None = option(None, help="comma-separated hot operators, e.g. add,mm")
     modes: tuple[str, ...] = option(("eager", "compile"), choices=WORKLOAD_MODES,
-                                    help="workload modes (default eager,compile)")
-    dtype: str = option("float32", choices=WORKLOAD_DTYPES, help="dtype of every measured subject (default float32)")
-    seed: int = option(0, min=0, help="random seed of the inputs and weights (default 0)")
-    warmup: int = option(10, min=0, help="untimed iterations before measuring (default 10)")
-    repetitions: int = option(15, min=1, help="timed windows per run (default 15)")
-    runs: int = option(3, min=1, help="separate processes per subject, interleaved (default 3)")
-    window_ms: float = option(20.0, above=0, help="target duration of one timed window in ms (default 20)")
+                                    help="workload modes")
+    dtype: str = option("float32", choices=WORKLOAD_DTYPES, help="dtype of every measured subject")
+    seed: int = option(0, min=0, help="random seed of the inputs and weights")
+    warmup: int = option(10, min=0, help="untimed iterations before measuring")
+    repetitions: int = option(15, min=1, help="timed windows per run")
+    runs: int = option(3, min=1, help="separate processes per subject, interleaved")
+    window_ms: float = option(20.0, above=0, help="target duration of one timed window in ms")
     threads: int = option(1, min=1, help="torch intra-op threads (default 1: reproducible)")
-    timeout: float = option(600.0, above=0, unit="seconds", help="deadline per measured subject in seconds (default 600)")
+    timeout: float = option(600.0, above=0, unit="seconds", help="deadline per measured subject in seconds")
     slowdown: float = option(1.0, min=1.0, help="testing: make every window this much slower (1.3 = 30% slower)")
     out: str = option(help="output directory")
 
