@@ -86,7 +86,7 @@ def gate(args: GateOptions) -> int:
     if baseline is not None and matrix is None:
         raise ArtifactError(["opmatrix gate: --baseline is the previous release's matrix: give --matrix too"])
     seals = [_sealed(path, m, allow_unsealed) for path, m in ((args.matrix, matrix), (args.baseline, baseline))
-             if m is not None]
+             if path is not None and m is not None]
     records = load_records(args.records) if args.records else None
     baseline_records = load_records(args.baseline_records) if args.baseline_records else None
     compat = load_compat(args.compat) if args.compat else None
