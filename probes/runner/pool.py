@@ -20,7 +20,7 @@ from typing import Any
 from .board import UnitBoard
 from .messages import Stop, ToWorker
 from .worker import WorkerSpec, worker_main
-from .zygote import ProcessContext, context, give_up, running, stop
+from .zygote import ProcessContext, context, give_up, stop
 
 __all__ = ["WorkerHandle", "close_pool", "exit_fault", "last_words", "spawn_worker", "stop_workers"]
 
@@ -132,10 +132,11 @@ def spawn_worker(slot: int, spec: WorkerSpec, *, replacement: bool = False) -> W
     carry = Path(spec.carry_path) if spec.carry_path else None
     if carry is not None:
         carry.write_bytes(b"")
+    ctx = context(spec.kinds, replacement=replacement)
     try:
-        process, parent_end = _start(slot, spec, context(spec.kinds, replacement=replacement))
-    except (OSError, EOFError):  # the zygote died (its imports raised) before it forked this worker
-        if not running():
+        process, parent_end = _start(slot, spec, ctx)
+    except (OSError, EOFError):  # the zygote died (its imports raised) or could not start (its socket)
+        if ctx.get_start_method() == "spawn":
             raise
         give_up()  # this worker and every later one is spawned
         process, parent_end = _start(slot, spec, context(spec.kinds))

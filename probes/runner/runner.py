@@ -135,7 +135,13 @@ class Run:
             options=self.options,
             env=dict(os.environ),
         )
-        handle = spawn_worker(slot, spec, replacement=self.summary.restarts > 0 or zygote.running())
+        try:
+            handle = spawn_worker(slot, spec, replacement=self.summary.restarts > 0 or zygote.running())
+        except OSError as exc:  # no process could be made (no memory, no pids): a failed start, counted
+            self.startup_failures += 1
+            if self.startup_failures >= MAX_STARTUP_FAILURES:
+                raise Aborted(f"{self.startup_failures} workers in a row could not start: {exc}") from None
+            return
         handle.deadline = time.monotonic() + self.grace  # torch import + backend setup
         self.workers[slot] = handle
 

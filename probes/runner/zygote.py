@@ -47,7 +47,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.context import ForkContext, ForkServerContext, SpawnContext
 from typing import Any, cast
 
-__all__ = ["PRELOAD", "ask", "context", "give_up", "running", "start_early", "start_method", "stop"]
+__all__ = ["PRELOAD", "ask", "context", "give_up", "running", "short_socket_dir", "start_early", "start_method", "stop"]
 
 #: the module the forkserver imports before it forks any worker
 PRELOAD = "opmatrix.probes.runner.preload"
@@ -82,11 +82,45 @@ def start_method(replacement: bool = True) -> str:
 _OURS: list[bool] = [False]  # whether the forkserver running in this process is the run's zygote
 
 
+#: longest folder under which multiprocessing's socket path (``pymp-XXXXXXXX/listener-XXXXXXXX``)
+#: still fits AF_UNIX's 108 bytes with room to spare
+_SOCKET_DIR_MAX = 70
+
+
+def short_socket_dir() -> str:
+    """The folder multiprocessing binds its sockets in, made short and private when TMPDIR is long.
+
+    The forkserver listens on a Unix socket under ``TMPDIR``; with a long TMPDIR (a CI workspace
+    path of 200 characters) binding it fails ("AF_UNIX path too long") at the first worker
+    replacement. Then a private folder (mode 0700, removed at exit) under ``/tmp``, ``/var/tmp`` or
+    ``/dev/shm`` serves instead; workers still write everything else under TMPDIR.
+    """
+    import shutil
+    import tempfile
+    from multiprocessing import process, util
+
+    config: dict[str, Any] = getattr(process.current_process(), "_config", {})
+    current = config.get("tempdir") or tempfile.gettempdir()
+    if len(os.fsencode(current)) <= _SOCKET_DIR_MAX:
+        return str(current)
+    for base in ("/tmp", "/var/tmp", "/dev/shm"):
+        try:
+            folder = tempfile.mkdtemp(prefix="opm-", dir=base)
+        except OSError:
+            continue
+        util.Finalize(None, shutil.rmtree, args=(folder, True), exitpriority=-100)
+        config["tempdir"] = folder
+        return folder
+    return str(current)  # nowhere short to go: a failed bind makes the run spawn its workers (pool)
+
+
 def context(kinds: tuple[str, ...] = (), *, replacement: bool = False) -> ProcessContext:
     """The multiprocessing context a worker of a run with task ``kinds`` starts in."""
     ctx = cast(ProcessContext, mp.get_context(start_method(replacement)))
     if ctx.get_start_method() == "forkserver":
         from multiprocessing import forkserver
+
+        short_socket_dir()
 
         if getattr(forkserver._forkserver, "_forkserver_pid", None) is None:  # the next start is ours
             ctx.set_forkserver_preload([PRELOAD, *(WARM[k] for k in kinds if k in WARM)])
