@@ -238,5 +238,27 @@ class PrivateUse1Adapter(Adapter):
         """Importing the module registers the device (its runtime should initialise lazily)."""
         self.setup()
 
+    def device_count(self) -> tuple[int, str]:
+        """How many devices the backend has, and which API said so: ``torch.accelerator`` when
+        this backend is the current accelerator, else the device module's ``device_count``."""
+        import torch
+
+        accel = getattr(torch, "accelerator", None)
+        with contextlib.suppress(Exception):
+            current = accel.current_accelerator() if accel is not None else None
+            if current is not None and current.type == self.device_type:
+                return int(accel.device_count()), "torch.accelerator.device_count()"  # type: ignore[union-attr]
+        count = getattr(getattr(torch, self.device_type, None), "device_count", None)
+        if callable(count):
+            with contextlib.suppress(Exception):
+                return int(count()), f"torch.{self.device_type}.device_count()"
+        return 1, "no device count API: device 0 assumed"
+
+    def devices(self) -> list[DeviceInfo]:
+        """Every device the backend counts (index 0 alone only when it has no count to ask)."""
+        n, source = self.device_count()
+        return [DeviceInfo(index=i, name=f"{self.device_type}:{i}", properties={"counted_by": source})
+                for i in range(max(n, 1) if source.startswith("no ") else n)]
+
     def compile_backend(self) -> Any:
         return "aot_eager"

@@ -18,12 +18,17 @@ other op is a clean "could not run" rejection.
 
 ``TOYACCEL_FAULT=crash:mul`` (or ``abort``, ``hang``) makes the ``mul`` kernel fault;
 ``hostile:mul`` (``hostile-error:mul``) makes it reject (fail) with :data:`HOSTILE_MESSAGE`;
-``unreadable:mul`` raises an error whose ``str()`` raises; ``worn:mul`` segfaults once this
+``unreadable:mul`` raises an error whose ``str()`` raises; ``wrong:mul`` returns every other
+value off by one (silently wrong); ``worn:mul`` segfaults once this
 process has called the kernel ``TOYACCEL_WORN_AFTER`` times (default 20): a fault from what the
 worker accumulated (torch_xla's JIT running out of code memory), not from the input.
 ``TOYACCEL_CPP_KERNELS=PATH`` loads C++ kernels (``tests/toyaccel_kernels.cpp``, built by
 :func:`build_cpp_kernels`) into the ``fallback`` flavour: ``atan2``, native for float32/16, host
 fallback from inside the C++ kernel for float64, rejected for integers, a crash on empty inputs.
+The C++ ``hypot`` kernel computes float32 only and refuses every other dtype with a
+``TORCH_CHECK`` ("only supports float32"). ``TOYACCEL_MEMORY_REFUSES=complex128,float64`` makes
+device memory refuse those dtypes at allocation (``NotImplementedError``), and
+``TOYACCEL_DEVICES=2`` gives the backend two devices.
 The probe reaches it with ``--backend tests.toyaccel:ToyAdapter`` (workers import it).
 """
 
@@ -85,9 +90,15 @@ def _view(t: torch.Tensor) -> torch.Tensor:
     return torch.empty(0, dtype=t.dtype).set_(cpu, t.storage_offset(), t.size(), t.stride())
 
 
+def _refused_dtypes() -> set[str]:
+    return {d.strip() for d in os.environ.get("TOYACCEL_MEMORY_REFUSES", "").split(",") if d.strip()}
+
+
 def empty_strided(size: Any, stride: Any, *, dtype: Any = None, layout: Any = None, device: Any = None,
                   pin_memory: Any = None) -> torch.Tensor:
     dtype = dtype or torch.get_default_dtype()
+    if str(dtype).removeprefix("torch.") in _refused_dtypes():  # as a device without 64-bit units refuses
+        raise NotImplementedError(f"toyaccel: device memory does not support dtype {dtype}")
     numel = 0 if any(s == 0 for s in size) else 1 + sum((n - 1) * s for n, s in zip(size, stride, strict=True))
     base = _allocate(numel, dtype)
     return _geometry(base, base.untyped_storage(), 0, size, stride)
@@ -192,6 +203,9 @@ def _binary(name: str, fn: Any) -> Any:
         if name == "add" and (self.dtype in _HOST_DTYPES or self.dim() >= 3):
             return _on_host(fn, self, other, **kw)
         res = fn(_view(self), _view(other), **kw)
+        if os.environ.get("TOYACCEL_FAULT") == f"wrong:{name}" and res.numel():
+            res = res.clone()  # a silently wrong kernel: every other value off by one
+            res.view(-1)[::2] += 1
         out = _out_like(res, res.dtype)
         _view(out).copy_(res)
         return out
@@ -299,11 +313,40 @@ def _meta_view(op: Any) -> Any:
     return kernel
 
 
+class _Module:
+    """``torch.toyaccel``: ``TOYACCEL_DEVICES`` devices (default 1), as ``torch.accelerator`` counts them."""
+
+    def is_initialized(self) -> bool:
+        return True
+
+    def is_available(self) -> bool:
+        return True
+
+    def current_device(self) -> int:
+        return 0
+
+    def _is_in_bad_fork(self) -> bool:
+        return False
+
+    def manual_seed_all(self, seed: int) -> None:
+        pass
+
+    def device_count(self) -> int:
+        return int(os.environ.get("TOYACCEL_DEVICES", "1"))
+
+    # random ops run through the boxed fallback on the host's generator: its state is the device's
+    def get_rng_state(self, device: Any = None) -> torch.Tensor:
+        return torch.get_rng_state()
+
+    def set_rng_state(self, state: torch.Tensor, device: Any = None) -> None:
+        torch.set_rng_state(state)
+
+
 def install() -> None:
     """Register the flavour named by ``TOYACCEL_FLAVOUR`` (once per process)."""
     if torch._C._get_privateuse1_backend_name() == NAME:
         return
-    _setup_privateuseone_for_python_backend(NAME)
+    _setup_privateuseone_for_python_backend(NAME, backend_module=_Module())
     lib = torch.library.Library("aten", "IMPL")
     for name, fn in {**_BASICS, **_OUT}.items():
         lib.impl(name, fn, "PrivateUse1")

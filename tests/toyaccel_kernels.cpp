@@ -35,8 +35,20 @@ at::Tensor atan2_kernel(const at::Tensor& self, const at::Tensor& other) {
   return out;
 }
 
+// aten::hypot on toyaccel: float32 only, computed over the device's memory; every other dtype is
+// refused by a TORCH_CHECK that names what the kernel supports (as OpenReg's abs does)
+at::Tensor hypot_kernel(const at::Tensor& self, const at::Tensor& other) {
+  TORCH_CHECK(self.scalar_type() == at::kFloat && other.scalar_type() == at::kFloat,
+              "hypot: toyaccel only supports float32, got ", self.scalar_type());
+  at::Tensor result = at::hypot(host_view(self), host_view(other));
+  at::Tensor out = at::empty(result.sizes(), self.options().dtype(result.scalar_type()));
+  host_view(out).copy_(result);
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("atan2", &atan2_kernel);
+  m.impl("hypot", &hypot_kernel);
 }

@@ -1,0 +1,100 @@
+"""The judging parts of truth, round 3, without a device: comparisons that run for every dtype,
+errors of wrong integer results, random draws judged by their distribution, the refusal table,
+views that keep their storage, and empty-input-only support split off its cell."""
+
+from __future__ import annotations
+
+import torch
+
+from opmatrix.backend.base import REFUSALS, refusal_of
+from opmatrix.probes.ops.cells import SampleResult, cells_from_samples
+from opmatrix.probes.ops.layouts import make_variant, to_device
+from opmatrix.probes.ops.numerics import compare, moments_differ
+from opmatrix.schema import ExecPath, Layout, Mode, Outcome
+
+
+def test_complexhalf_and_float8_outputs_compare() -> None:
+    """torch.equal has no ComplexHalf or float8 kernel on the CPU: the comparison upcasts first."""
+    c = torch.randn(4, dtype=torch.complex64).to(torch.complex32)
+    assert compare(c, c.clone(), 1e-3, 1e-5).ok
+    off = c.clone()
+    off[0] = off[0] + 1
+    res = compare(off, c, 1e-3, 1e-5)
+    assert not res.ok and res.mismatched == 1 and res.max_abs is not None and res.max_abs > 0.5
+    f8 = torch.randn(5).to(torch.float8_e4m3fn)
+    assert compare(f8, f8.clone(), 0.0, 0.0).ok
+
+
+def test_a_wrong_integer_result_carries_its_error_and_count() -> None:
+    """Exact dtypes: the error in a wide type (never 0.0 when values differ) and how many differ."""
+    expected = torch.arange(25, dtype=torch.int64)
+    actual = expected.clone()
+    actual[::5] += 3
+    res = compare(actual, expected, 0.0, 0.0)
+    assert not res.ok and res.max_abs == 3.0 and res.mismatched == 5, res
+    big = torch.tensor([2**62, -(2**62)], dtype=torch.int64)
+    far = compare(-big, big, 0.0, 0.0)  # an int64 difference that would overflow in int64
+    assert far.max_abs is not None and far.max_abs > 2**62
+
+
+def test_random_draws_are_judged_by_their_moments() -> None:
+    """Two draws of one distribution agree; another scale, another mean or a constant do not."""
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(4000, generator=g), torch.randn(4000, generator=g)
+    assert moments_differ(a, b) is None
+    assert moments_differ(a * 3, b) is not None
+    assert moments_differ(a + 1, b) is not None
+    assert moments_differ(torch.zeros(4000), b) is not None
+    assert moments_differ(torch.rand(8), torch.rand(8)) is None  # too few values to say anything
+
+
+def test_the_refusal_table_names_what_is_unsupported() -> None:
+    """Messages naming what is unsupported are refusals whatever the exception type; an internal
+    error or Python's own operator errors are not."""
+    for text in ("abs: only supports float type", "device memory cannot hold complex64",
+                 "\"add_stub\" not implemented for 'ComplexHalf'", "Could not run 'aten::foo' with arguments",
+                 "float64 is not supported on this device"):
+        assert refusal_of(RuntimeError(text)) is not None, text
+    assert refusal_of(NotImplementedError("")) is not None
+    for text in ("internal error 0x1f", "INTERNAL ASSERT FAILED: not supported", "'<' not supported between instances"
+                 " of 'Tensor' and 'NoneType'"):
+        assert refusal_of(RuntimeError(text)) is None, text
+    assert all(r.pattern and r.names for r in REFUSALS)
+
+
+def test_a_view_into_a_larger_storage_keeps_that_storage() -> None:
+    """The contiguous variant of a partial view copies the whole storage and rebuilds the same
+    view over it: as_strided of the staged tensor reads what the CPU's reads."""
+    base = torch.arange(10.0)
+    view = base[2:6]
+    variant = make_variant(view, Layout.contiguous)
+    assert variant is not None
+    staged = to_device(variant, torch.device("cpu"))
+    assert staged.storage_offset() == 2 and staged.untyped_storage().nbytes() == base.untyped_storage().nbytes()
+    assert torch.equal(torch.as_strided(staged, (3,), (2,), 1), torch.as_strided(view, (3,), (2,), 1))
+
+
+def _sample(path: ExecPath, outcome: Outcome, empty: bool) -> SampleResult:
+    return SampleResult(op="aten.softmax.int", rank=3, layout=Layout.contiguous, mode=Mode.eager, path=path,
+                        outcome=outcome, features={"input": "empty" if empty else "nonempty"})
+
+
+def test_support_for_empty_inputs_alone_splits_the_cell() -> None:
+    """Only the empty sample runs: input=empty and input=nonempty are separate results; when
+    nonempty samples run too, nothing splits."""
+    cells = cells_from_samples([_sample(ExecPath.native, Outcome.ok, True),
+                                _sample(ExecPath.rejected, Outcome.ok, False),
+                                _sample(ExecPath.rejected, Outcome.ok, False)], "int16")
+    split = {c.result.conditions.get("input"): c.result.path for c in cells}
+    assert split == {"empty": ExecPath.native, "nonempty": ExecPath.rejected}, split
+    together = cells_from_samples([_sample(ExecPath.native, Outcome.ok, True),
+                                   _sample(ExecPath.native, Outcome.ok, False)], "int16")
+    assert len(together) == 1 and not together[0].result.conditions
+
+
+def test_a_sample_is_filed_under_its_own_dtype() -> None:
+    """A sample whose first tensor is float32 in an int16 task is a float32 cell, never int16."""
+    s = _sample(ExecPath.native, Outcome.ok, False)
+    s.dtype = "float32"
+    (cell,) = cells_from_samples([s], "int16")
+    assert cell.dtype.value == "float32"
