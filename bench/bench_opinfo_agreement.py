@@ -23,7 +23,7 @@ Per (entry, dtype, direction) the check is:
 
 Not compared, and counted on their own lines: tasks whose samples never hold the dtype (OpInfo
 claims a dtype it never generates: ``_safe_softmax`` int16 from float32 tensors), and entries
-OpInfo marks device-only (no CPU dtypes, or its CPU ``test_dtypes`` skipped). Also printed: ``wrong`` cells (on the CPU a plain
+OpInfo marks device-only (no CPU dtypes, ``onlyCUDA``, or its CPU ``test_dtypes`` skipped). Also printed: ``wrong`` cells (on the CPU a plain
 call is compared with a plain call: any is a finding) and tasks skipped as yielding no samples
 while OpInfo yields some. The last line is ``agreement A/B``.
 """
@@ -112,6 +112,10 @@ def _device_only(info: Any) -> bool:
     ``batch_norm.without_cudnn``), or its own CPU ``test_dtypes`` skipped."""
     if not info.supported_dtypes("cpu"):
         return True
+    for d in getattr(info, "decorators", None) or ():  # a device-type decorator (``onlyCUDA``)
+        name = getattr(d, "__name__", "")
+        if name.startswith("only") and "CPU" not in name and name != "onlyNativeDeviceTypes":
+            return True
     for d in getattr(info, "decorators", None) or ():
         if getattr(d, "cls_name", None) == "TestCommon" and getattr(d, "test_name", None) == "test_dtypes" \
                 and getattr(d, "device_type", None) in (None, "cpu") and getattr(d, "active_if", True) \

@@ -53,22 +53,29 @@ def grad_masks(entry: OpEntry, dtype: torch.dtype, samples: list[Any], opts: Any
     (its gradient tests differentiate those only: never running statistics or a loss target).
 
     The samples are generated again with OpInfo's flag and the same seed; a sample whose tensors
-    do not line up with the probed one's gets None (its backward is not probed, and says so)."""
+    line up with none of those (count and dtypes) gets None (its backward is not probed, and says so)."""
     if not opts.autograd or not differentiable(entry, dtype):
         return [None] * len(samples)
     try:
-        marked = generate_samples(entry, dtype, limit=opts.max_samples, requires_grad=True)
+        marked = generate_samples(entry, dtype, limit=opts.max_samples, requires_grad=True, partial=[])
     except Exception:  # noqa: BLE001 - OpInfo's gradient generation fails: no gradient is asked for
         return [None] * len(samples)
+    graded = [_tensor_list(m) for m in marked]
+    # a tensor's role (input, weight, running statistic, target) sits at its position: samples
+    # whose tensors have the same count and dtypes take the same mask (by index first, then the
+    # first alike; OpInfo's two generations may differ in shapes or in number)
+    by_kinds: dict[tuple[torch.dtype, ...], tuple[bool, ...]] = {}
+    for ts in graded:
+        by_kinds.setdefault(tuple(t.dtype for t in ts), tuple(t.requires_grad for t in ts))
+    # a generation that marks every tensor it makes marks every tensor of any sample
+    marks_all = bool(graded) and all(all(m) for m in by_kinds.values())
     out: list[tuple[bool, ...] | None] = []
     for i, s in enumerate(samples):
-        if i >= len(marked):
-            out.append(None)
-            continue
-        plain, graded = _tensor_list(s), _tensor_list(marked[i])
-        same = len(plain) == len(graded) and all(a.shape == b.shape and a.dtype == b.dtype
-                                                  for a, b in zip(plain, graded, strict=True))
-        out.append(tuple(t.requires_grad for t in graded) if same else None)
+        kinds = tuple(t.dtype for t in _tensor_list(s))
+        if i < len(graded) and tuple(t.dtype for t in graded[i]) == kinds:
+            out.append(tuple(t.requires_grad for t in graded[i]))
+        else:
+            out.append(by_kinds.get(kinds) or ((True,) * len(kinds) if marks_all else None))
     return out
 
 

@@ -288,7 +288,8 @@ def probe_task(adapter_or_ctx: Any, source: str, dtype_name: str, *, options: Ma
                           skipped=f"no OpInfo named {source!r} in this torch build")
     dtype = getattr(torch, dtype_name)
     try:
-        samples = generate_samples(entry, dtype, limit=opts.max_samples)
+        stopped: list[str] = []
+        samples = generate_samples(entry, dtype, limit=opts.max_samples, partial=stopped)
     except Exception as exc:  # noqa: BLE001 - OpInfo cannot make samples for this dtype
         return TaskRecord(task=tid, source=source, dtype=dtype_name, outcome=Outcome.ok,
                           skipped=f"OpInfo yields no samples at {dtype_name}: {type(exc).__name__}: {str(exc)[:200]}")
@@ -302,6 +303,8 @@ def probe_task(adapter_or_ctx: Any, source: str, dtype_name: str, *, options: Ma
     for unit in units(st, entry, samples, opts, values_undefined(entry, dtype), masks):
         run.unit(unit)
     run.samples = len(samples)
+    for why in stopped:  # the samples OpInfo never yielded are no cells: said, with the reason
+        run.plan.not_run[f"samples after #{len(samples) - 1}"] = f"not run: {why}"
     if run.failed_units:
         release_failed_calls(full=True)
     st.overloads.flush(every=5.0)  # a worker killed before the next merge only costs a re-record
