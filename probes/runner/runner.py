@@ -121,27 +121,17 @@ class Run:
 
     def _spawn(self, slot: int) -> None:
         device = self.devices[slot % len(self.devices)] if self.devices else None
+        folder = self.out_dir / "workers"
         spec = WorkerSpec(
-            backend=self.backend,
-            generation=self.generation,
-            log_path=str(self.out_dir / "workers" / f"w{slot}.log"),
-            board_path=str(self.out_dir / "workers" / f"w{slot}.unit"),
-            carry_path=str(self.out_dir / "workers" / f"w{slot}.carry"),
-            parent_pid=os.getpid(),
-            handlers=self.handlers,
-            kinds=self.kinds,
-            device=device,
-            threads=self.threads,
-            options=self.options,
-            env=dict(os.environ),
+            backend=self.backend, generation=self.generation, log_path=str(folder / f"w{slot}.log"),
+            board_path=str(folder / f"w{slot}.unit"), carry_path=str(folder / f"w{slot}.carry"),
+            parent_pid=os.getpid(), handlers=self.handlers, kinds=self.kinds, device=device, threads=self.threads,
+            options=self.options, env=dict(os.environ),
         )
         try:
             handle = spawn_worker(slot, spec, replacement=self.summary.restarts > 0 or zygote.running())
         except OSError as exc:  # no process could be made (no memory, no pids): a failed start, counted
-            self.startup_failures += 1
-            if self.startup_failures >= MAX_STARTUP_FAILURES:
-                raise Aborted(f"{self.startup_failures} workers in a row could not start: {exc}") from None
-            return
+            return self._failed_start(f"could not start: {exc}")
         handle.deadline = time.monotonic() + self.grace  # torch import + backend setup
         self.workers[slot] = handle
 
@@ -261,6 +251,11 @@ class Run:
                 return
             self._handle(handle, msg)
 
+    def _failed_start(self, why: str) -> None:
+        self.startup_failures += 1
+        if self.startup_failures >= MAX_STARTUP_FAILURES:
+            raise Aborted(f"{self.startup_failures} workers in a row {why}")
+
     def _reap(self, handle: WorkerHandle) -> None:
         """A worker died without saying why: blame its unit (crash) or count a failed start."""
         if handle.slot not in self.workers or self.workers[handle.slot] is not handle:
@@ -268,11 +263,8 @@ class Run:
         handle.look()  # the unit it started last, announced or not before the parent's last look
         sig, message = exit_fault(handle)
         if not handle.ready:
-            self.startup_failures += 1
             self._lost(handle, fault=False)
-            if self.startup_failures >= MAX_STARTUP_FAILURES:
-                raise Aborted(f"{self.startup_failures} workers in a row died while starting:\n{message}")
-            return
+            return self._failed_start(f"died while starting:\n{message}")
         job = handle.job
         self._lost(handle, fault=True)
         if job is not None:
