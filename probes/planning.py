@@ -169,7 +169,8 @@ def _shard(text: str | None) -> tuple[int, int] | None:
     try:
         return parse_shard(text)  # type: ignore[no-any-return]
     except ValueError as exc:
-        raise _usage(f"--shard: {exc}") from None
+        text = str(exc)
+        raise _usage(text if text.startswith("--shard") else f"--shard: {text}") from None
 
 
 def _op_tasks(opts: ProbeOptions, dtypes: list[str],

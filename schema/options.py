@@ -38,6 +38,7 @@ from dataclasses import MISSING, dataclass, field
 from typing import Any, ClassVar, Literal
 
 from .io import UsageError
+from .text import non_utf8
 
 __all__ = ["Kind", "OptionField", "Options", "Spec", "option", "option_fields", "split_list"]
 
@@ -141,6 +142,11 @@ def _check(opt: OptionField, value: Any) -> None:
     spec, flag = opt.spec, opt.flag
     if value is None or value is False:
         return
+    for item in value if opt.kind == "list" else [value] if opt.kind == "str" else []:
+        shown = non_utf8(item)
+        if shown is not None:  # bytes the OS handed over undecoded: artifacts are UTF-8
+            raise UsageError(f"{flag} '{shown}': not valid UTF-8 (the escapes are the bytes that are not); "
+                             "opmatrix writes names and paths into UTF-8 artifacts: use a UTF-8 name")
     if opt.kind in ("list", "str") and not value and not spec.empty_ok:
         hint = f" (choose from {', '.join(spec.choices)})" if spec.choices else ""
         leave = "" if opt.required else f", or leave {flag} out"

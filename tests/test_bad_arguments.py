@@ -60,6 +60,9 @@ CASES = [
     (["probe", "--backend", "cpu", "--workers", "two"], "opmatrix probe: argument --workers: invalid int value"),
     (["probe", "--backend", "cpu", "--runtime-only", "--no-runtime"], "--runtime-only and --no-runtime: choose one"),
     (["probe", "--backend", "", "--ops", "add"], "--backend: empty"),
+    (["probe", "--backend", "cpu", "--shard", "3/2"], "--shard '3/2': expected I/N"),
+    (["probe", "--backend", "cpu", "--devices", "a"], "--devices: expected device indices"),
+    (["probe", "--backend", "cpu", "--ops", "nosuchop_zz"], "--ops: 'nosuchop_zz' matches no OpInfo"),
     # bench: every argument before the first measuring process
     (["bench", "--backend", "refaccel", "--generation", "g2", "--ops", "add", "--repetitions", "0"],
      "--repetitions: must be at least 1, got 0"),

@@ -44,6 +44,10 @@ def test_options_are_checked_when_made_and_frozen() -> None:
         opmatrix.ProbeOptions(backend="cpu", threads="2")  # type: ignore[arg-type]
     with pytest.raises(UsageError, match=r"^--backend: required"):
         opmatrix.ProbeOptions(backend=None)  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match=r"^--out 'site-\\xfe': not valid UTF-8"):
+        opmatrix.ReportOptions(matrix="m.yaml", out="site-\udcfe")  # a byte the OS could not decode
+    with pytest.raises(UsageError, match=r"^--ops: unknown|^--ops 'a\\xff': not valid UTF-8"):
+        opmatrix.CompatOptions(torch=("2.13.0",), ops=("a\udcff",), out="o")
 
 
 def test_every_option_is_declared_once_with_help_and_parses_back() -> None:
