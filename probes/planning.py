@@ -22,7 +22,10 @@ from opmatrix.schema.journal import RunIdentity
 from .options import ProbeOptions
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from opmatrix.backend.base import Adapter
+    from opmatrix.probes.runner import Task
 
 __all__ = ["ProbePlan", "checked_adapter", "default_out", "plan_op_tasks", "plan_probe", "probe_evidence", "worker_evidence"]
 
@@ -37,12 +40,12 @@ def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def plan_op_tasks(sources: list[str], dtypes: list[str], options: dict[str, Any]) -> list[Any]:
+def plan_op_tasks(sources: list[str], dtypes: list[str], options: dict[str, Any]) -> list[Task]:
     """One ``op`` task per (OpInfo, dtype), in a stable order."""
     from opmatrix.probes.ops import task_id
     from opmatrix.probes.runner import Task
 
-    tasks = []
+    tasks: list[Task] = []
     for i, source in enumerate(sources):
         for j, dtype in enumerate(dtypes):
             tasks.append(
@@ -52,7 +55,7 @@ def plan_op_tasks(sources: list[str], dtypes: list[str], options: dict[str, Any]
     return tasks
 
 
-def _runtime_tasks(backend: str, generation: str | None) -> list[Any]:
+def _runtime_tasks(backend: str, generation: str | None) -> list[Task]:
     from opmatrix.probes.runtime import plan_runtime_tasks
 
     return list(plan_runtime_tasks(backend, generation))
@@ -76,14 +79,14 @@ def _identity(adapter: Adapter) -> BackendId:
                      f"cannot be recorded: {problems}") from None
 
 
-def worker_evidence(records: list[Any]) -> Evidence | None:
+def worker_evidence(records: Sequence[object]) -> Evidence | None:
     """The evidence a worker recorded in the journal header (versions seen on the device side)."""
     from opmatrix.schema import JournalHeader
 
     return next((r.evidence for r in records if isinstance(r, JournalHeader) and r.evidence is not None), None)
 
 
-def _shard_of(tasks: list[Any], shard: tuple[int, int]) -> list[Any]:
+def _shard_of(tasks: list[Task], shard: tuple[int, int]) -> list[Task]:
     from opmatrix.probes.runner import select_shard
 
     return list(select_shard(tasks, *shard))
@@ -132,8 +135,8 @@ class ProbePlan:
     out: Path
     command: str
     started: str
-    tasks: list[Any]
-    planned: list[Any]
+    tasks: list[Task]
+    planned: list[Task]
     identity: RunIdentity
     source: OpSource | None = None
     shard: tuple[int, int] | None = None
@@ -174,7 +177,7 @@ def _shard(text: str | None) -> tuple[int, int] | None:
 
 
 def _op_tasks(opts: ProbeOptions, dtypes: list[str],
-              layouts: list[str] | None) -> tuple[list[Any], OpSource | None, list[str], dict[str, Any]]:
+              layouts: list[str] | None) -> tuple[list[Task], OpSource | None, list[str], dict[str, Any]]:
     from opmatrix.probes.ops.source import UnknownOp, select_ops, source_hash
 
     try:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -19,7 +18,7 @@ class HotOp:
     """One operator to time: its ATen name, a call, and its input shapes."""
 
     aten: str
-    call: Callable[..., Any]
+    call: Callable[..., torch.Tensor]
     shapes: tuple[tuple[int, ...], ...]
 
 

@@ -20,10 +20,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from opmatrix.backend.base import FallbackSeen
 from opmatrix.schema.perf import Clock
 
 if TYPE_CHECKING:
+    import torch
+
     from opmatrix.backend.base import Adapter
+    from opmatrix.probes.workloads.catalog import Workload
+
+    from .hotops import HotOp
 
 __all__ = ["CALIBRATION_LOOP", "Plan", "Timed", "calibration_loop", "op_step", "time_windows", "workload_step"]
 
@@ -51,7 +57,7 @@ class Timed:
     samples: list[float] = field(default_factory=list)
     wall: list[float] = field(default_factory=list)
     calibration: list[float] = field(default_factory=list)
-    fallback: Any = None
+    fallback: FallbackSeen = field(default_factory=FallbackSeen)
 
     def calibration_fields(self) -> dict[str, Any] | None:
         """The record's ``timing.calibration`` (None when no loop was timed)."""
@@ -114,7 +120,7 @@ def time_windows(step: Callable[[], Any], adapter: Adapter, plan: Plan, clock: C
     return timed
 
 
-def workload_step(adapter: Adapter, name: str, mode: str, dtype: Any, seed: int) -> tuple[Callable[[], Any], Any]:
+def workload_step(adapter: Adapter, name: str, mode: str, dtype: torch.dtype, seed: int) -> tuple[Callable[[], object], Workload]:
     """A no-grad forward pass (or the workload's own ``run``) of workload ``name`` on the device."""
     import torch
 
@@ -128,14 +134,14 @@ def workload_step(adapter: Adapter, name: str, mode: str, dtype: Any, seed: int)
 
     run = getattr(wl, "run", None)  # e.g. token generation instead of one forward pass
 
-    def step() -> Any:
+    def step() -> object:
         with torch.no_grad():
             return run(fn, *inputs) if run is not None else fn(*inputs)
 
     return step, wl
 
 
-def op_step(adapter: Adapter, hot: Any, dtype: Any, seed: int) -> Callable[[], Any]:
+def op_step(adapter: Adapter, hot: HotOp, dtype: torch.dtype, seed: int) -> Callable[[], object]:
     """One call of a hot operator on device inputs drawn from ``torch.randn`` under ``seed``."""
     import torch
 
@@ -143,7 +149,7 @@ def op_step(adapter: Adapter, hot: Any, dtype: Any, seed: int) -> Callable[[], A
     device = adapter.device()
     inputs = [torch.randn(s, generator=gen, dtype=dtype).to(device) for s in hot.shapes]
 
-    def step() -> Any:
+    def step() -> object:
         return hot.call(*inputs)
 
     return step

@@ -20,6 +20,10 @@ from .measure import Plan, op_step, time_windows, workload_step
 from .stats import summarize
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import torch
+
     from opmatrix.backend.base import Adapter
 
 __all__ = ["MARK", "HOST_EXECUTED", "measure_spec"]
@@ -32,7 +36,7 @@ HOST_EXECUTED = frozenset({"cpu", "refaccel"})
 CONFIDENCE = 0.95
 
 
-def _subject(adapter: Adapter, spec: dict[str, Any], dtype: Any) -> tuple[Any, dict[str, Any]]:
+def _subject(adapter: Adapter, spec: dict[str, Any], dtype: torch.dtype) -> tuple[Callable[[], object], dict[str, Any]]:
     """The step to time and the record fields that describe the subject and its inputs."""
     if spec["kind"] == "workload":
         step, wl = workload_step(adapter, spec["name"], spec["mode"], dtype, spec["seed"])

@@ -15,12 +15,15 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .board import UnitBoard
 from .messages import Stop, ToWorker
 from .worker import WorkerSpec, worker_main
 from .zygote import ProcessContext, context, give_up, stop
+
+if TYPE_CHECKING:
+    from .plan import Job
 
 __all__ = ["WorkerHandle", "close_pool", "exit_fault", "last_words", "spawn_worker", "stop_workers"]
 
@@ -42,7 +45,7 @@ class WorkerHandle:
     seen: int = 0  # the board's sequence number when the parent last looked
     started: float = field(default_factory=time.monotonic)
     ready: bool = False
-    job: Any = None  # the runner's _Job being run
+    job: Job | None = None  # the job being run
     unit: str | None = None
     deadline: float = float("inf")
     gone: bool = False  # told to exit (poisoned / fault message) or found dead

@@ -31,8 +31,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from opmatrix.schema import Outcome
 from opmatrix.schema.outdir import pid_alive
 
 from .board import UnitBoard
@@ -40,6 +41,10 @@ from .carry import CarryWriter
 from .messages import Done, Fault, Poisoned, Ready, RunTask, SetupFailed
 from .task import Handler, Skip, Task, WorkerContext, WorkerPoisoned, resolve_handler
 from .zygote import PRELOAD
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
 
 __all__ = ["WorkerSpec", "worker_main"]
 
@@ -176,11 +181,11 @@ def _is_oom(exc: BaseException) -> bool:
     return isinstance(exc, (MemoryError, torch.OutOfMemoryError))
 
 
-def _has_fault(record: Any) -> bool:
+def _has_fault(record: BaseModel) -> bool:
     """Whether a record shows a fault that warrants a health check of the device."""
     outcomes = [getattr(record, "outcome", None)]
     outcomes += [getattr(getattr(c, "result", None), "outcome", None) for c in getattr(record, "cells", [])]
-    return any(str(o) in ("error", "oom", "crashed", "hung", "poisoned") for o in outcomes if o is not None)
+    return any(isinstance(o, Outcome) and o.is_fault for o in outcomes)
 
 
 def worker_main(slot: int, conn: Connection, spec: WorkerSpec) -> None:

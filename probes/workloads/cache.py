@@ -21,10 +21,17 @@ import os
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opmatrix.schema import CheckResult
 from opmatrix.schema.workloads import CompileCache
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from opmatrix.probes.runner import WorkerContext
+
+    from .steps import CompileBackend
 
 __all__ = ["second_process", "CACHELESS"]
 
@@ -33,7 +40,7 @@ CACHELESS = frozenset({"eager", "aot_eager", "aot_eager_decomp_partition", "refa
 TIMEOUT_S = 600.0
 
 
-def second_process(ctx: Any, payload: dict[str, Any], backend: Any) -> CompileCache:
+def second_process(ctx: WorkerContext, payload: Mapping[str, Any], backend: CompileBackend) -> CompileCache:
     """Compile workload ``payload`` with ``backend`` again in a fresh process; its cache figures."""
     name = backend if isinstance(backend, str) else getattr(backend, "__name__", repr(backend))
     if name in CACHELESS:
@@ -87,7 +94,7 @@ def _child(spec: dict[str, Any]) -> dict[str, Any]:
     device = adapter.device()
     model = wl.model.to(device).eval()
     inputs = to_device(wl.inputs, device)
-    compiled: Any = torch.compile(model, backend=spec["compile_backend"])
+    compiled: Callable[..., object] = torch.compile(model, backend=spec["compile_backend"])
     start = time.perf_counter()
     with torch.no_grad():
         forward(wl, compiled, inputs, True)

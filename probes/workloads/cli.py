@@ -7,11 +7,15 @@ The options themselves are declared in :mod:`opmatrix.probes.options`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from opmatrix.probes.options import WORKLOAD_DTYPES, WORKLOAD_MODES, ProbeOptions
 from opmatrix.schema import UsageError
 from opmatrix.schema.text import cut
+
+if TYPE_CHECKING:
+    from opmatrix.probes.runner import Task
+    from opmatrix.schema.workloads import WorkloadResult
 
 __all__ = ["check_factory", "summary_lines", "workload_tasks"]
 
@@ -32,7 +36,7 @@ def check_factory(ref: str, flag: str) -> None:
                          "returning (model, inputs)")
 
 
-def workload_tasks(options: ProbeOptions) -> list[Any]:
+def workload_tasks(options: ProbeOptions) -> list[Task]:
     """The ``workload`` tasks the options ask for; a user factory is imported here, before any worker."""
     from .catalog import resolve_names
     from .handler import plan_workload_tasks
@@ -49,7 +53,7 @@ def workload_tasks(options: ProbeOptions) -> list[Any]:
     return plan_workload_tasks(names, dtypes, modes, compile_backend=options.compile_backend)
 
 
-def summary_lines(results: list[Any]) -> list[str]:
+def summary_lines(results: list[WorkloadResult]) -> list[str]:
     """What ``opmatrix probe`` prints about the workload runs: outcomes, host fallback, compile figures."""
     if not results:
         return []

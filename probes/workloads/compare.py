@@ -2,45 +2,47 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypeVar, cast
 
 import torch
+
+T = TypeVar("T")
 
 __all__ = ["to_device", "to_cpu", "flatten", "compare", "upcast"]
 
 
-def to_device(value: Any, device: Any) -> Any:
+def to_device(value: T, device: torch.device | str) -> T:
     """Tensors (in tuples / lists / dicts) moved to ``device``; other values as they are."""
     if isinstance(value, torch.Tensor):
-        return value.to(device)
+        return cast(T, value.to(device))
     if isinstance(value, (tuple, list)):
-        return type(value)(to_device(v, device) for v in value)
+        return cast(T, type(value)(to_device(v, device) for v in value))
     if isinstance(value, dict):
-        return {k: to_device(v, device) for k, v in value.items()}
+        return cast(T, {k: to_device(v, device) for k, v in value.items()})
     return value
 
 
-def to_cpu(value: Any) -> Any:
+def to_cpu(value: T) -> T:
     """Tensors moved to the host (detached)."""
     if isinstance(value, torch.Tensor):
-        return value.detach().cpu()
+        return cast(T, value.detach().cpu())
     if isinstance(value, (tuple, list)):
-        return type(value)(to_cpu(v) for v in value)
+        return cast(T, type(value)(to_cpu(v) for v in value))
     if isinstance(value, dict):
-        return {k: to_cpu(v) for k, v in value.items()}
+        return cast(T, {k: to_cpu(v) for k, v in value.items()})
     return value
 
 
-def upcast(value: Any) -> Any:
+def upcast(value: T) -> T:
     """Floating tensors as float32 (the reference of a low-precision run)."""
     if isinstance(value, torch.Tensor):
-        return value.float() if value.is_floating_point() else value
+        return cast(T, value.float()) if value.is_floating_point() else value
     if isinstance(value, (tuple, list)):
-        return type(value)(upcast(v) for v in value)
+        return cast(T, type(value)(upcast(v) for v in value))
     return value
 
 
-def flatten(value: Any) -> list[torch.Tensor]:
+def flatten(value: object) -> list[torch.Tensor]:
     """The tensors in a (nested) output, in order."""
     if isinstance(value, torch.Tensor):
         return [value]
@@ -53,7 +55,7 @@ def flatten(value: Any) -> list[torch.Tensor]:
     return []
 
 
-def compare(got: Any, want: Any, rtol: float, atol: float) -> tuple[bool, float, float, str]:
+def compare(got: object, want: object, rtol: float, atol: float) -> tuple[bool, float, float, str]:
     """(within tolerance, max |got - want|, max |want|, what differs) over every output tensor."""
     a, b = flatten(to_cpu(got)), flatten(to_cpu(want))
     if len(a) != len(b):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -19,7 +19,10 @@ from opmatrix.schema import CheckResult, Outcome
 from opmatrix.schema.workloads import CompileStats, StepResult
 
 from .compare import compare, to_cpu, to_device
-from .steps import Run, forward, observe
+from .steps import CompileBackend, Run, Stats, forward, observe
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["compiled_inference", "dynamic_shapes", "mutation", "custom_op", "timings"]
 
@@ -43,7 +46,7 @@ def _fresh() -> None:
     counters.clear()
 
 
-def compiled_inference(run: Run, backend: Any, stats: dict[str, Any]) -> StepResult:
+def compiled_inference(run: Run, backend: CompileBackend, stats: Stats) -> StepResult:
     """Compile the model, run it once (compile time), compare with eager; fills ``stats``."""
     wl = run.workload
     _fresh()
@@ -68,7 +71,7 @@ def compiled_inference(run: Run, backend: Any, stats: dict[str, Any]) -> StepRes
                       seconds=stats["compile_seconds"], max_abs_error=err, ref_max_abs=scale, rtol=wl.rtol, atol=wl.atol)
 
 
-def dynamic_shapes(run: Run, stats: dict[str, Any]) -> StepResult:
+def dynamic_shapes(run: Run, stats: Stats) -> StepResult:
     """A second batch size through the compiled model: recompiles counted, result vs eager on the device."""
     wl = run.workload
     if wl.make_inputs is None:
@@ -106,7 +109,7 @@ def _first_float(run: Run) -> torch.Tensor:
     return t.to(run.device)
 
 
-def mutation(run: Run, backend: Any) -> StepResult:
+def mutation(run: Run, backend: CompileBackend) -> StepResult:
     """``acc.add_(out); acc.mul_(0.5)`` compiled: the mutated input and the result equal eager."""
     x = _first_float(run)
     acc_c, acc_e = torch.ones_like(x), torch.ones_like(x)
@@ -133,7 +136,7 @@ def _custom() -> Any:
     return _CUSTOM[0]
 
 
-def custom_op(run: Run, backend: Any) -> StepResult:
+def custom_op(run: Run, backend: CompileBackend) -> StepResult:
     """A ``torch.library.custom_op`` inside a compiled region, on the workload's output."""
     op = _custom()
     x = _first_float(run)
@@ -149,7 +152,7 @@ def custom_op(run: Run, backend: Any) -> StepResult:
                       evidence=why or "custom op inside a compiled region matches eager", max_abs_error=err)
 
 
-def _median_ms(fn: Any, calls: int = 3) -> float:
+def _median_ms(fn: Callable[[], object], calls: int = 3) -> float:
     times = []
     for _ in range(calls):
         start = time.perf_counter()
@@ -158,7 +161,7 @@ def _median_ms(fn: Any, calls: int = 3) -> float:
     return statistics.median(times) * 1000
 
 
-def timings(run: Run, stats: dict[str, Any], backend_name: str) -> CompileStats:
+def timings(run: Run, stats: Stats, backend_name: str) -> CompileStats:
     """Steady-state eager and compiled call times, speedup and break-even calls."""
     wl = run.workload
     eager_ms = compiled_ms = None
@@ -167,7 +170,7 @@ def timings(run: Run, stats: dict[str, Any], backend_name: str) -> CompileStats:
             try:
                 sync = run.adapter.synchronize
                 compiled_ms = _median_ms(lambda: (forward(wl, stats["compiled"], run.inputs, True), sync()))
-                eager_ms = _median_ms(lambda: (forward(wl, run.model, run.inputs, True), sync()))
+                eager_ms = _median_ms(lambda: (forward(wl, run.on_device(), run.inputs, True), sync()))
             except Exception:  # noqa: BLE001 - timing is best effort; a failing path was recorded by its step
                 pass
     speedup = round(eager_ms / compiled_ms, 3) if eager_ms and compiled_ms else None

@@ -30,6 +30,7 @@ from . import compiled, steps
 from .cache import second_process
 from .catalog import DTYPES, WORKLOADS, build
 from .observe import copies_during, device_peak, host_rss, reset_peak
+from .steps import CompileBackend, Stats
 
 __all__ = ["HANDLER", "WorkloadHandler", "plan_workload_tasks", "handle", "fault_result", "task_id"]
 
@@ -59,7 +60,7 @@ def plan_workload_tasks(names: list[str], dtypes: list[str], modes: list[str], s
     return tasks
 
 
-def _result(task: Any, outcome: Outcome, **fields: Any) -> WorkloadResult:
+def _result(task: Task, outcome: Outcome, **fields: Any) -> WorkloadResult:
     p = task.payload
     spec = WORKLOADS.get(p["workload"])
     return WorkloadResult(workload=p["workload"], dtype=p["dtype"], mode=p["mode"], outcome=outcome,
@@ -71,16 +72,18 @@ def fault_result(task: Task, outcome: FaultOutcome, text: str) -> WorkloadRecord
     return WorkloadRecord(task=task.id, result=_result(task, Outcome(outcome.value), error=text[-2000:]))
 
 
-def _step_fn(step: WorkloadStep, run: steps.Run, backend: Any, stats: dict[str, Any]) -> Callable[[], StepResult]:
+def _step_fn(step: WorkloadStep, run: steps.Run, backend: CompileBackend | None, stats: Stats) -> Callable[[], StepResult]:
     if step is WorkloadStep.to_device:
         return lambda: steps.move(run)
     if step is WorkloadStep.training:
         return lambda: steps.training(run, backend)
     if step is WorkloadStep.state_dict:
         return lambda: steps.state_dict_round_trip(run)
+    if step is WorkloadStep.inference and backend is None:
+        return lambda: steps.inference(run)
+    if backend is None:
+        raise ValueError(f"workload step {step.value} runs in compile mode only")
     if step is WorkloadStep.inference:
-        if backend is None:
-            return lambda: steps.inference(run)
         return lambda: compiled.compiled_inference(run, backend, stats)
     if step is WorkloadStep.dynamic_shapes:
         return lambda: compiled.dynamic_shapes(run, stats)
@@ -89,8 +92,8 @@ def _step_fn(step: WorkloadStep, run: steps.Run, backend: Any, stats: dict[str, 
     return lambda: compiled.custom_op(run, backend)
 
 
-def _run_steps(ctx: Any, task: Any, run: steps.Run, backend: Any, progress: Callable[[str], None],
-               stats: dict[str, Any]) -> dict[WorkloadStep, StepResult]:
+def _run_steps(ctx: WorkerContext, task: Task, run: steps.Run, backend: CompileBackend | None, progress: Callable[[str], None],
+               stats: Stats) -> dict[WorkloadStep, StepResult]:
     results: dict[WorkloadStep, StepResult] = {}
     order = _COMPILE if backend is not None else _EAGER
     for step in order:
@@ -142,7 +145,7 @@ def handle(ctx: WorkerContext, task: Task, progress: Callable[[str], None], skip
         if backend is None:
             return WorkloadRecord(task=task.id, result=_result(task, Outcome.ok, inputs=wl.input_desc,
                                   error="the backend has no torch.compile backend"))
-    stats: dict[str, Any] = {}
+    stats: Stats = {}
     reset_peak(ctx.adapter)
     results = _run_steps(ctx, task, run, backend, progress, stats)
     copies = stats.get("copies", (None, None))
@@ -150,7 +153,7 @@ def handle(ctx: WorkerContext, task: Task, progress: Callable[[str], None], skip
         state=FallbackState.observed if run.fallback_ops else FallbackState(run.fallback_state),
         ops=sorted(run.fallback_ops), copies=copies[0], copy_bytes=copies[1])
     comp = compiled.timings(run, stats, str(backend)) if backend is not None else None
-    if comp is not None:
+    if comp is not None and backend is not None:
         inference = results.get(WorkloadStep.inference)
         if inference is not None and inference.result is CheckResult.passed:
             progress(f"{task.id}:compile_cache")

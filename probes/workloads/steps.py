@@ -11,9 +11,9 @@ from __future__ import annotations
 import copy
 import io
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import torch
 
@@ -26,7 +26,14 @@ from .compare import compare, to_cpu, to_device, upcast
 if TYPE_CHECKING:
     from opmatrix.backend.base import Adapter
 
-__all__ = ["Run", "guarded", "move", "inference", "training", "state_dict_round_trip", "forward"]
+__all__ = ["CompileBackend", "Run", "Stats", "guarded", "move", "inference", "training", "state_dict_round_trip", "forward"]
+
+
+#: what torch.compile takes as ``backend=``: a registered name or a compiler function
+CompileBackend = str | Callable[..., object]
+#: a compiled workload's figures between its steps (compile time, graphs, the compiled callable)
+Stats = dict[str, Any]
+T = TypeVar("T")
 
 
 @dataclass
@@ -35,10 +42,10 @@ class Run:
 
     adapter: Adapter
     workload: Workload
-    device: Any
+    device: torch.device
     model: torch.nn.Module | None = None
     inputs: tuple = ()
-    eager_out: Any = None
+    eager_out: object = None
     fallback_ops: set[str] = field(default_factory=set)
     fallback_state: str = "not_observed"
     #: the ops seen on the host during the current step
@@ -53,7 +60,7 @@ class Run:
         return self.model
 
 
-def forward(wl: Workload, model: Callable[..., Any], inputs: tuple, plain: bool = False) -> Any:
+def forward(wl: Workload, model: Callable[..., object], inputs: tuple, plain: bool = False) -> object:
     """The workload's forward pass (generation for decoders, unless ``plain``: then ``model(*inputs)``)."""
     return wl.run(model, *inputs) if wl.run is not None and not plain else model(*inputs)
 
@@ -71,7 +78,7 @@ def guarded(adapter: Adapter, body: Callable[[], StepResult]) -> StepResult:
                           seconds=round(time.perf_counter() - start, 4))
 
 
-def observe(run: Run, body: Callable[[], Any]) -> Any:
+def observe(run: Run, body: Callable[[], T]) -> T:
     """``body()`` with the adapter's fallback observation folded into ``run`` (also when it raises)."""
     seen = None
     try:
@@ -100,7 +107,7 @@ def move(run: Run) -> StepResult:
     return StepResult(result=CheckResult.passed, seconds=round(seconds, 4), evidence=f"{n} parameters and buffers moved")
 
 
-def _reference(wl: Workload, plain: bool = False) -> Any:
+def _reference(wl: Workload, plain: bool = False) -> object:
     """CPU reference: same dtype for float32 (and exact outputs), float32 upcast for low precision."""
     model = copy.deepcopy(wl.model)
     lowp = any(p.dtype in (torch.bfloat16, torch.float16) for p in model.parameters())
@@ -140,11 +147,11 @@ def _train_once(wl: Workload, model: torch.nn.Module, inputs: tuple) -> list[tor
     return [loss.detach(), *grads, *(p.detach() for p in model.parameters())]
 
 
-def _outs(out: Any) -> list[torch.Tensor]:
+def _outs(out: torch.Tensor | Iterable[object]) -> list[torch.Tensor]:
     return [out] if isinstance(out, torch.Tensor) else [t for t in out if isinstance(t, torch.Tensor)]
 
 
-def training(run: Run, backend: Any = None) -> StepResult:
+def training(run: Run, backend: CompileBackend | None = None) -> StepResult:
     """One training step on the device (loss, gradients, optimizer update) vs the same step on the
     CPU; with ``backend`` (compile mode) the model is compiled with it, so the forward and the
     backward both run as compiled graphs."""
