@@ -13,7 +13,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+    from torch.distributed import Work
 
 __all__ = ["Ctx", "check_collective"]
 
@@ -26,21 +30,23 @@ class Ctx:
 
     rank: int
     world_size: int
-    device: Any
+    device: torch.device
     c10d: str
 
 
-def _inputs(ctx: Ctx, dtype: Any) -> list[Any]:
+def _inputs(ctx: Ctx, dtype: torch.dtype) -> list[torch.Tensor]:
     import torch
 
     base = torch.arange(1, _N + 1, dtype=torch.float64)
     return [((r + 1) * base).to(dtype) for r in range(ctx.world_size)]
 
 
-def _wait(work: Any, async_op: bool, evidence: dict[str, Any]) -> None:
+def _wait(work: Work | None, async_op: bool, evidence: dict[str, Any]) -> None:
     """Wait for ``work``; for async calls first do unrelated host work and see if it completes meanwhile."""
     if not async_op:
         return
+    if work is None:
+        raise RuntimeError("an async_op=True collective returned no Work handle")
     import torch
 
     a = torch.ones(64, 64)
@@ -55,20 +61,22 @@ def _wait(work: Any, async_op: bool, evidence: dict[str, Any]) -> None:
     work.wait()
 
 
-def _expected(ctx: Ctx, name: str, op: str | None, xs: list[Any]) -> Any:
+def _expected(ctx: Ctx, name: str, op: str | None, xs: list[torch.Tensor]) -> torch.Tensor:
     import torch
 
     total = torch.stack([x.double() for x in xs])
-    reduced: Any = {"sum": total.sum(0), "max": total.max(0).values, "avg": total.mean(0), None: None}[op]
+    reduced = {"sum": total.sum(0), "max": total.max(0).values, "avg": total.mean(0)}.get(op or "")
     chunk = _N // ctx.world_size
+    if reduced is None and name in ("all_reduce", "reduce_scatter"):
+        raise ValueError(f"{name} needs a reduce op (sum, max or avg), got {op!r}")
     match name:
-        case "all_reduce":
+        case "all_reduce" if reduced is not None:
             return reduced
         case "broadcast":
             return xs[0].double()
         case "all_gather":
             return torch.cat([x.double() for x in xs])
-        case "reduce_scatter":
+        case "reduce_scatter" if reduced is not None:
             return reduced[ctx.rank * chunk:(ctx.rank + 1) * chunk]
         case "all_to_all":
             return torch.cat([x.double()[ctx.rank * chunk:(ctx.rank + 1) * chunk] for x in xs])
@@ -77,7 +85,7 @@ def _expected(ctx: Ctx, name: str, op: str | None, xs: list[Any]) -> Any:
     raise ValueError(f"unknown collective {name!r}")
 
 
-def _run(ctx: Ctx, name: str, op: str | None, mine: Any, async_op: bool, evidence: dict[str, Any]) -> Any:
+def _run(ctx: Ctx, name: str, op: str | None, mine: torch.Tensor, async_op: bool, evidence: dict[str, Any]) -> torch.Tensor:
     import torch
     import torch.distributed as dist
 
@@ -103,9 +111,11 @@ def _run(ctx: Ctx, name: str, op: str | None, mine: Any, async_op: bool, evidenc
         out = torch.empty_like(mine)
         nxt, prv = (ctx.rank + 1) % ws, (ctx.rank - 1) % ws
         if async_op:
-            recv: Any = dist.irecv(out, src=prv)
-            send: Any = dist.isend(mine, dst=nxt)
+            recv: Work | None = dist.irecv(out, src=prv)
+            send: Work | None = dist.isend(mine, dst=nxt)
             _wait(recv, True, evidence)
+            if send is None:
+                raise RuntimeError("isend returned no Work handle")
             send.wait()
         elif ctx.rank % 2 == 0:  # even ranks send first, odd ranks receive first: no cycle of blocked sends
             dist.send(mine, dst=nxt)
@@ -126,7 +136,7 @@ def check_collective(ctx: Ctx, case: dict[str, Any]) -> dict[str, Any]:
     name, op, async_op = case["collective"], case.get("op"), bool(case.get("async_op"))
     evidence: dict[str, Any] = {}
     if name == "barrier":
-        work: Any = dist.barrier(async_op=async_op)
+        work: Work | None = dist.barrier(async_op=async_op)
         _wait(work, async_op, evidence)
         return {"outcome": "ok", "evidence": evidence}
     dtype = getattr(torch, case["dtype"])

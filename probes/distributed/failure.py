@@ -17,16 +17,22 @@ import os
 import re
 import signal
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .collectives import Ctx
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import torch
+    from torch.distributed import Store
 
 __all__ = ["run_failure"]
 
 _KILL_DELAY = 0.3
 
 
-def _poison_scope(ctx: Ctx, new_group: Any) -> tuple[str, dict[str, Any]]:
+def _poison_scope(ctx: Ctx, new_group: Callable[[torch.Tensor], None]) -> tuple[str, dict[str, Any]]:
     """Which scope the failure poisoned, probed from the narrowest up."""
     import torch
     import torch.distributed as dist
@@ -58,7 +64,7 @@ def _names_rank(text: str, rank: int) -> bool:
     return bool(re.search(rf"\brank[ =:]*{rank}\b", text, re.IGNORECASE))
 
 
-def run_failure(ctx: Ctx, case: dict[str, Any], store: Any, new_group: Any) -> dict[str, Any]:
+def run_failure(ctx: Ctx, case: dict[str, Any], store: Store, new_group: Callable[[torch.Tensor], None]) -> dict[str, Any]:
     """Run the failure ``case`` on this rank (rank 1 is the one that fails)."""
     import torch
     import torch.distributed as dist

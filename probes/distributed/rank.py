@@ -19,7 +19,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import torch
+    from torch.distributed import Store
+
     from opmatrix.backend.base import Adapter
+
+    from .collectives import Ctx
 
 __all__ = ["main"]
 
@@ -35,7 +40,7 @@ def _emit(path: Path, record: dict[str, Any]) -> None:
         os.fsync(f.fileno())
 
 
-def _setup(spec: dict[str, Any]) -> tuple[Any, str]:
+def _setup(spec: dict[str, Any]) -> tuple[Adapter, str]:
     import torch
 
     from opmatrix.backend import get_adapter
@@ -48,7 +53,7 @@ def _setup(spec: dict[str, Any]) -> tuple[Any, str]:
     return adapter, prepare_c10d(adapter)
 
 
-def _run_case(ctx: Any, case: dict[str, Any], store: Any, timeout: float) -> dict[str, Any]:
+def _run_case(ctx: Ctx, case: dict[str, Any], store: Store, timeout: float) -> dict[str, Any]:
     import torch.distributed as dist
 
     from .collectives import check_collective
@@ -81,7 +86,7 @@ def _run_case(ctx: Any, case: dict[str, Any], store: Any, timeout: float) -> dic
         dist.distributed_c10d._world.group_count = 0
 
 
-def _solo_all_reduce(ctx: Any, store: Any, tensor: Any) -> None:
+def _solo_all_reduce(ctx: Ctx, store: Store, tensor: torch.Tensor) -> None:
     """A new process group of this rank alone (after a failure): does communication still work?"""
     import torch.distributed as dist
 

@@ -26,7 +26,7 @@ __all__ = ["merge_case", "run_suite"]
 _ORDER = list(DistOutcome)
 
 
-def _scalar(value: Any) -> Any:
+def _scalar(value: object) -> str | int | float | bool | None:
     return value if isinstance(value, str | int | float | bool) or value is None else str(value)
 
 

@@ -7,7 +7,7 @@ must name ranks 0..N-1 once each, one world size, and a device on every rank.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, cast
 
 from .collectives import Ctx
 
@@ -21,8 +21,9 @@ def check_topology(ctx: Ctx, case: dict[str, Any]) -> dict[str, Any]:
     mine = {"rank": dist.get_rank(), "world_size": dist.get_world_size(),
             "local_rank": int(os.environ.get("LOCAL_RANK", "-1")), "device": str(ctx.device),
             "backend": str(dist.get_backend())}
-    views: list[Any] = [None] * ctx.world_size
-    dist.all_gather_object(views, mine)
+    gathered: list[object] = [None] * ctx.world_size
+    dist.all_gather_object(gathered, mine)
+    views = cast(list[dict[str, Any]], gathered)  # each rank's ``mine``
     ranks = sorted(v["rank"] for v in views)
     consistent = ranks == list(range(ctx.world_size)) and {v["world_size"] for v in views} == {ctx.world_size}
     evidence = {"ranks": ",".join(str(v["rank"]) for v in views),

@@ -9,16 +9,20 @@ back bit for bit, and training resumed from it continues exactly as uninterrupte
 from __future__ import annotations
 
 import tempfile
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .collectives import Ctx
+
+if TYPE_CHECKING:
+    import torch
+    from torch.distributed.tensor import DTensor
 
 __all__ = ["check_checkpoint", "check_ddp"]
 
 _BATCH, _IN, _HIDDEN, _OUT, _LR = 8, 8, 16, 4, 0.1
 
 
-def _model(device: Any) -> Any:
+def _model(device: torch.device | str) -> torch.nn.Module:
     import torch
 
     torch.manual_seed(0)
@@ -27,14 +31,14 @@ def _model(device: Any) -> Any:
     ).to(device)
 
 
-def _data() -> tuple[Any, Any]:
+def _data() -> tuple[torch.Tensor, torch.Tensor]:
     import torch
 
     g = torch.Generator().manual_seed(1)
     return torch.randn(_BATCH, _IN, generator=g), torch.randn(_BATCH, _OUT, generator=g)
 
 
-def _train(model: Any, opt: Any, x: Any, y: Any, steps: int) -> None:
+def _train(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, steps: int) -> None:
 
     for _ in range(steps):
         opt.zero_grad()
@@ -43,13 +47,13 @@ def _train(model: Any, opt: Any, x: Any, y: Any, steps: int) -> None:
         opt.step()
 
 
-def _flat(model: Any) -> Any:
+def _flat(model: torch.nn.Module) -> torch.Tensor:
     import torch
 
     return torch.cat([p.detach().cpu().reshape(-1) for p in model.parameters()])
 
 
-def _my_half(ctx: Ctx, x: Any, y: Any) -> tuple[Any, Any]:
+def _my_half(ctx: Ctx, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     per = _BATCH // ctx.world_size
     sl = slice(ctx.rank * per, (ctx.rank + 1) * per)
     return x[sl].to(ctx.device), y[sl].to(ctx.device)
@@ -79,7 +83,7 @@ def check_ddp(ctx: Ctx, case: dict[str, Any], steps: int = 3) -> dict[str, Any]:
     return {"outcome": "wrong", "evidence": evidence, "error": f"DDP on rank {ctx.rank}: {why}"}
 
 
-def _sharded(ctx: Ctx, full: Any) -> Any:
+def _sharded(ctx: Ctx, full: torch.Tensor) -> DTensor:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Shard
 
@@ -88,16 +92,22 @@ def _sharded(ctx: Ctx, full: Any) -> Any:
     return DTensor.from_local(local, mesh, [Shard(0)], run_check=False)
 
 
+def _local(t: torch.Tensor) -> torch.Tensor:
+    from torch.distributed.tensor import DTensor
+
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
 def _round_trip(ctx: Ctx, where: str) -> tuple[bool, str]:
     import torch
     import torch.distributed.checkpoint as dcp
 
     full = torch.arange(_BATCH * _IN, dtype=torch.float32).reshape(_BATCH, _IN)
-    saved = {"w": _sharded(ctx, full), "step": torch.tensor(7)}
+    saved: dict[str, torch.Tensor] = {"w": _sharded(ctx, full), "step": torch.tensor(7)}
     dcp.save(saved, checkpoint_id=where)
     loaded = {"w": _sharded(ctx, torch.zeros_like(full)), "step": torch.tensor(0)}
     dcp.load(loaded, checkpoint_id=where)
-    same = torch.equal(loaded["w"].to_local().cpu(), saved["w"].to_local().cpu()) and int(loaded["step"]) == 7
+    same = torch.equal(_local(loaded["w"]).cpu(), _local(saved["w"]).cpu()) and int(loaded["step"]) == 7
     return same, type(saved["w"]).__name__
 
 
