@@ -165,11 +165,11 @@ def test_a_sample_composed_in_python_is_keyed_by_its_opinfo_not_its_first_op(cpu
 
 
 def test_an_output_of_the_wrong_dtype_is_wrong_even_if_the_values_match():
-    from opmatrix.probes.ops.engine import _judge, _Reference
+    from opmatrix.probes.ops.judging import Reference, judge
 
-    ref = _Reference(same=torch.ones(3, dtype=torch.float16), upcast=torch.ones(3, dtype=torch.float32))
-    ok, (res, *_rest) = _judge(ref, torch.ones(3, dtype=torch.float64), "aten.x.default", torch.float16, True)
-    assert not ok and "dtype float64, reference float16" in res.detail
+    ref = Reference(same=torch.ones(3, dtype=torch.float16), upcast=torch.ones(3, dtype=torch.float32))
+    judged = judge(ref, torch.ones(3, dtype=torch.float64), "aten.x.default", torch.float16, True)
+    assert not judged.ok and "dtype float64, reference float16" in (judged.comparison.detail or "")
 
 
 def test_conjugate_views_keep_their_values_in_every_layout(cpu):
@@ -181,8 +181,10 @@ def test_conjugate_views_keep_their_values_in_every_layout(cpu):
 
 def test_outputs_defined_up_to_sign_are_compared_as_opinfo_compares_them() -> None:
     """A device's SVD may flip singular-vector signs: valid, so not wrong (output_process_fn_grad)."""
-    from opmatrix.probes.ops import engine
+    from opmatrix.probes.ops.judging import Reference, judge, post, reference
     from opmatrix.probes.ops.source import generate_samples
+    from opmatrix.probes.ops.units import Unit
+    from opmatrix.probes.ops.values import to_cpu
 
     (entry,) = [e for e in select_ops(["linalg.svd"]) if e.full_name == "linalg.svd"]
     checked = caught = 0
@@ -190,22 +192,22 @@ def test_outputs_defined_up_to_sign_are_compared_as_opinfo_compares_them() -> No
         a = sample.input
         if a.dim() != 2 or min(a.shape) < 2:
             continue
-        unit = engine._Unit("0", Layout.contiguous, ((a,), (), dict(sample.kwargs)), None, 2, "aten.linalg_svd.default",
+        unit = Unit("0", Layout.contiguous, ((a,), (), dict(sample.kwargs)), None, 2, "aten.linalg_svd.default",
                             {}, post=sample.output_process_fn_grad)
         unit.cpu_values = (a, (), dict(sample.kwargs))
-        ref = engine._reference(entry.info.op, unit.cpu_values, torch.float64, unit.post)
+        ref = reference(entry.info.op, unit.cpu_values, torch.float64, unit.post)
         u, s, vh = torch.linalg.svd(a, **sample.kwargs)
         signs = torch.tensor([(-1.0) ** i for i in range(s.shape[-1])], dtype=a.dtype)
         k = s.shape[-1]
         flipped = (u[:, :k] * signs, s, vh[:k] * signs[:, None])  # another valid SVD
         if u.shape[1] > k:
             flipped = (torch.cat([flipped[0], u[:, k:]], 1), s, torch.cat([flipped[2], vh[k:]], 0) if vh.shape[0] > k else flipped[2])
-        raw_ok, _ = engine._judge(engine._Reference(engine._to_cpu(torch.linalg.svd(a, **sample.kwargs)), None),
-                                  flipped, unit.overload, torch.float64, True)
-        post_ok, _ = engine._judge(ref, engine._post(unit, flipped)[0], unit.overload, torch.float64, True)
+        raw_ok = judge(Reference(to_cpu(torch.linalg.svd(a, **sample.kwargs)), None),
+                       flipped, unit.overload, torch.float64, True).ok
+        post_ok = judge(ref, post(unit, flipped)[0], unit.overload, torch.float64, True).ok
         assert not raw_ok and post_ok
         wrong = (flipped[0], s * 1.01, flipped[2])
-        caught += not engine._judge(ref, engine._post(unit, wrong)[0], unit.overload, torch.float64, True)[0]
+        caught += not judge(ref, post(unit, wrong)[0], unit.overload, torch.float64, True).ok
         checked += 1
     # each sample compares one aspect (U, S, Vh or U @ Vh with S): wrong singular values are caught
     assert checked >= 4 and caught >= checked // 2

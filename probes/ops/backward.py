@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -19,12 +19,18 @@ from opmatrix.schema import Autograd, ExecPath, FallbackState, Outcome
 
 from . import observe
 from .faults import fault_from_exception
+from .layouts import Values
 from .numerics import compare, tolerance_for
 from .source import OpEntry, generate_samples
 from .state import EngineState
 from .trace import CallTrace, Observed
 from .units import Unit, device_values, unit_id, values_key
 from .values import call, identity, map_tensors, readable, tensors_in, to_cpu
+
+if TYPE_CHECKING:
+    from torch.testing._internal.opinfo.core import SampleInput
+
+    from .state import ProbeOptions
 
 __all__ = ["NoGradient", "claims_backward", "differentiable", "event_name", "grad_masks", "probe_backward"]
 
@@ -48,7 +54,7 @@ def event_name(overload: str) -> str:
     return f"{parts[0]}::{parts[1]}" if len(parts) >= 2 else overload
 
 
-def grad_masks(entry: OpEntry, dtype: torch.dtype, samples: list[Any], opts: Any) -> list[tuple[bool, ...] | None]:
+def grad_masks(entry: OpEntry, dtype: torch.dtype, samples: list[SampleInput], opts: ProbeOptions) -> list[tuple[bool, ...] | None]:
     """Per sample, which of its tensors OpInfo's own ``requires_grad=True`` generation marks
     (its gradient tests differentiate those only: never running statistics or a loss target).
 
@@ -79,11 +85,11 @@ def grad_masks(entry: OpEntry, dtype: torch.dtype, samples: list[Any], opts: Any
     return out
 
 
-def _tensor_list(sample: Any) -> list[torch.Tensor]:
+def _tensor_list(sample: SampleInput) -> list[torch.Tensor]:
     return tensors_in((sample.input, tuple(sample.args), dict(sample.kwargs)))
 
 
-def _grad_inputs(values: Any, dtype: torch.dtype, mask: tuple[bool, ...] | None
+def _grad_inputs(values: Values, dtype: torch.dtype, mask: tuple[bool, ...] | None
                  ) -> tuple[Any, list[torch.Tensor]]:
     leaves: list[torch.Tensor] = []
     position = [0]
@@ -104,8 +110,8 @@ class NoGradient(Exception):
     """Why a sample has no backward to compare (said on its cell when OpInfo claims one)."""
 
 
-def backward(fn: Callable[..., Any], values: Any, dtype: torch.dtype, recorder: Any = None,
-             post: Callable[[Any], Any] = identity, mask: tuple[bool, ...] | None = None) -> list[Any] | None:
+def backward(fn: Callable[..., object], values: Values, dtype: torch.dtype, recorder: Any = None,
+             post: Callable[..., object] = identity, mask: tuple[bool, ...] | None = None) -> list[object] | None:
     """Gradients of ``post(fn(values))`` with respect to the tensors ``mask`` marks (OpInfo's
     ``requires_grad=True`` generation), as gradcheck takes them; ``recorder`` (a context, if
     given) wraps only the backward. None: no marked tensor, or no output carries a gradient."""
@@ -147,7 +153,7 @@ def backward_path(st: EngineState, observed: Observed, seen: Any) -> ExecPath:
     return ExecPath.native
 
 
-def probe_backward(st: EngineState, fn: Callable[..., Any], unit: Unit, dtype: torch.dtype,
+def probe_backward(st: EngineState, fn: Callable[..., object], unit: Unit, dtype: torch.dtype,
                    references: dict[tuple[str, bool], Any] | None = None) -> Autograd | None:
     """The unit's backward on the device against the CPU's gradients (None: nothing to compare).
 
@@ -155,7 +161,7 @@ def probe_backward(st: EngineState, fn: Callable[..., Any], unit: Unit, dtype: t
     not values); on a mismatch this layout's own CPU gradients judge instead."""
     why: list[str] = []
 
-    def own() -> list[Any] | None:
+    def own() -> list[object] | None:
         try:
             return backward(fn, unit.cpu_values, dtype, post=unit.post, mask=unit.grad_mask)
         except Exception as exc:  # noqa: BLE001 - no CPU reference gradient: nothing to compare

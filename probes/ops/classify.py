@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
@@ -28,6 +27,7 @@ from opmatrix.schema import ExecPath, FallbackState
 
 from . import observe
 from .cells import SampleResult
+from .layouts import Values
 from .state import EngineState
 from .trace import CallTrace, Observed, children_of_root
 from .values import call, readable, to_cpu
@@ -39,7 +39,7 @@ __all__ = ["DeviceCall", "apply_evidence", "classify", "evidence_state", "fault_
 class DeviceCall:
     """One call on the device: its outputs (on the host) or the exception, and what was observed."""
 
-    out: Any = None
+    out: object = None
     error: BaseException | None = None
     leaf: list[str] = field(default_factory=list)
     seen: FallbackSeen = field(default_factory=FallbackSeen)
@@ -53,7 +53,7 @@ class DeviceCall:
         return FallbackState.observed in (self.seen.state, self.observed.state)
 
 
-def run_device(st: EngineState, fn: Callable[..., Any], values: Any, record: bool = True,
+def run_device(st: EngineState, fn: Callable[..., object], values: Values, record: bool = True,
                profile: bool = True) -> DeviceCall:
     """Run ``fn(values)`` on the device under the profiler (and, for composites, the leaf recorder).
 
@@ -81,7 +81,7 @@ def run_device(st: EngineState, fn: Callable[..., Any], values: Any, record: boo
     return result
 
 
-def _devices(out: Any) -> list[str]:
+def _devices(out: object) -> list[str]:
     """The device types of the tensors in a call's outputs, in order."""
     if isinstance(out, torch.Tensor):
         return [out.device.type]

@@ -8,7 +8,7 @@ observed with the profiler like an eager call (host copies inside it are fallbac
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -24,6 +24,9 @@ from .source import OpEntry
 from .state import EngineState
 from .units import Unit, device_values, unit_id
 from .values import error_info, readable, root_cause
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["probe_compile"]
 
@@ -47,7 +50,7 @@ def _compiled_path(unit: Unit, eager: SampleResult, ran: list[str], fell_back: b
     return path, [], note
 
 
-def _skip_funcname_scan(fn: Any) -> None:
+def _skip_funcname_scan(fn: Callable[..., object]) -> None:
     """Spare dynamo tokenizing op_db's source file for a debug-log header.
 
     For every traced call dynamo names the enclosing function in its TRACE log header, and to do
@@ -132,6 +135,6 @@ def probe_compile(st: EngineState, entry: OpEntry, unit: Unit, dtype: torch.dtyp
     if dc.error is not None:
         result.note = "; ".join(filter(None, [result.note, f"the profiled run raised ({type(dc.error).__name__}: "
                                               f"{str(dc.error)[:120]}); the plain run's result stands"]))
-    ok = check_values(st, unit, ref, first.out, dtype, result)[0]
+    ok = check_values(st, unit, ref, first.out, dtype, result).ok
     result.outcome = Outcome.ok if ok else Outcome.wrong
     return result

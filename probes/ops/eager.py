@@ -119,25 +119,25 @@ def _host_computes(ref: Reference | None, own: Callable[[], Reference] | None) -
     return True
 
 
-def _judged(st: EngineState, fn: Callable[..., Any], unit: Unit, dtype: torch.dtype, opts: ProbeOptions,
-            ref: Reference, out: Any, result: SampleResult, own: Callable[[], Reference] | None = None) -> None:
+def _judged(st: EngineState, fn: Callable[..., object], unit: Unit, dtype: torch.dtype, opts: ProbeOptions,
+            ref: Reference, out: object, result: SampleResult, own: Callable[[], Reference] | None = None) -> None:
     """Compare the outputs with the reference (retrying once when wrong: flaky or wrong).
 
     ``own``: the reference is the sample's, computed on another layout; when the outputs do not
     match it, this layout's own CPU reference is computed and judges instead (an op whose values
     depend on memory layout is never called wrong for it)."""
-    ok, res, comparable, broken = check_values(st, unit, ref, out, dtype, result)
-    if not ok and own is not None:
+    check = check_values(st, unit, ref, out, dtype, result)
+    if not check.ok and own is not None:
         with contextlib.suppress(Exception):  # the CPU rejects this layout: the sample's reference stands
             ref = own()
-            ok, res, comparable, broken = check_values(st, unit, ref, out, dtype, result)
-    if not ok and opts.retry_wrong and broken is None:
+            check = check_values(st, unit, ref, out, dtype, result)
+    if not check.ok and opts.retry_wrong and check.broken is None:
         again = run_device(st, fn, device_values(unit, st.adapter.device()), False, profile=False)
-        if again.error is None and judge(ref, post(unit, again.out)[0], unit.overload, dtype, comparable)[0]:
+        if again.error is None and judge(ref, post(unit, again.out)[0], unit.overload, dtype, check.compared).ok:
             result.flaky = True
-    result.outcome = Outcome.ok if ok else Outcome.wrong
-    if not ok:
-        result.note = "; ".join(filter(None, [result.note, res.detail]))
+    result.outcome = Outcome.ok if check.ok else Outcome.wrong
+    if not check.ok:
+        result.note = "; ".join(filter(None, [result.note, check.comparison.detail]))
 
 
 def probe_eager(st: EngineState, entry: OpEntry, unit: Unit, dtype: torch.dtype, opts: ProbeOptions,

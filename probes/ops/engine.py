@@ -17,7 +17,6 @@ units an earlier fault rules out are listed as not run (:mod:`.faults`).
 from __future__ import annotations
 
 import gc
-import pickle
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -29,19 +28,17 @@ from opmatrix.schema import Autograd, ErrorInfo, ExecPath, Layout, Mode, Outcome
 
 from .backward import NoGradient, claims_backward, differentiable, grad_masks, probe_backward
 from .cells import SampleResult, cells_from_samples
+from .checkpoint import UnitDone, dump_batch, load_batch
 from .compiled import probe_compile
 from .eager import _host_computes, probe_eager, refusal_text  # noqa: F401 - _host_computes: tests
 from .faults import SkipPlan, fault_result
-from .judging import Reference, judge, post, reference
+from .judging import Reference, reference
 from .source import OpEntry, generate_samples, values_undefined
 from .state import EngineState, InlineContext, ProbeOptions, engine_state
 from .units import Unit, dtype_of, holds_dtype, unit_id, units, values_key
-from .values import to_cpu, where
+from .values import where
 
 __all__ = ["ProbeOptions", "handle", "probe_task", "task_id"]
-
-# the names tests and benchmarks have used since the engine was one module
-_Reference, _Unit, _judge, _post, _reference, _to_cpu = Reference, Unit, judge, post, reference, to_cpu
 
 
 class _TaskRun:
@@ -52,13 +49,13 @@ class _TaskRun:
         self.st, self.entry, self.dtype_name, self.opts, self.plan = st, entry, dtype_name, opts, plan
         #: what the runner kept of earlier attempts (:mod:`opmatrix.probes.runner.carry`): units they
         #: finished (restored, not run again), units retried in a fresh worker, where to checkpoint
-        self.carried: dict[str, tuple[Any, ...]] = {
-            uid: done for batch in (getattr(ctx, "carried", None) or {}).values() for uid, done in pickle.loads(batch).items()}
+        self.carried: dict[str, UnitDone] = {
+            uid: done for batch in (getattr(ctx, "carried", None) or {}).values() for uid, done in load_batch(batch).items()}
         self.retried: Mapping[str, str] = getattr(ctx, "retried", None) or {}
         self.checkpoint: Callable[[str, bytes], None] | None = getattr(ctx, "checkpoint", None)
         #: finished units not yet checkpointed: pickled and written together (one pickle per unit
         #: cost 20-30 us, a batch 3-8 us per unit); a crash re-runs at most one batch
-        self.unsaved: dict[str, tuple[Any, ...]] = {}
+        self.unsaved: dict[str, UnitDone] = {}
         self.saved_at = time.perf_counter()
         self.dtype = getattr(torch, dtype_name)
         self.claims_backward = claims_backward(entry, self.dtype)
@@ -97,23 +94,22 @@ class _TaskRun:
         if self.retried:
             self._noted_retries(unit, start)
         if self.checkpoint is not None:  # what this unit added, to be restored as it is
-            self.unsaved[uid] = (
+            self.unsaved[uid] = UnitDone(
                 self.results[start:], self.invalid - invalid, self.failed_units - failed, self.representative_done,
                 self.autograd_budget.get(akey, 0) - grads, self.compile_done.get(ckey, False) and not compiled)
             now = time.perf_counter()
             if now - self.saved_at >= CHECKPOINT_S or len(self.unsaved) >= CHECKPOINT_UNITS:
-                self.checkpoint(f"{len(self.results)}@{now}", pickle.dumps(self.unsaved, protocol=5))
+                self.checkpoint(f"{len(self.results)}@{now}", dump_batch(self.unsaved))
                 self.unsaved, self.saved_at = {}, now
 
-    def _restore(self, unit: Unit, done: tuple[Any, ...]) -> None:
+    def _restore(self, unit: Unit, done: UnitDone) -> None:
         """Take back a unit an earlier attempt finished: its results and what it counted."""
-        results, invalid, failed, representative, grads, compiled = done
-        self.results.extend(results)
-        self.invalid, self.failed_units = self.invalid + invalid, self.failed_units + failed
-        self.representative_done = self.representative_done or representative
+        self.results.extend(done.results)
+        self.invalid, self.failed_units = self.invalid + done.invalid, self.failed_units + done.failed
+        self.representative_done = self.representative_done or done.representative
         akey, ckey = _budget_keys(unit)
-        self.autograd_budget[akey] = self.autograd_budget.get(akey, 0) + grads
-        if compiled:
+        self.autograd_budget[akey] = self.autograd_budget.get(akey, 0) + done.grads
+        if done.compiled:
             self.compile_done[ckey] = True
 
     def _noted_retries(self, unit: Unit, start: int) -> None:

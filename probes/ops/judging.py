@@ -1,7 +1,7 @@
 """Judging a device's outputs: the CPU reference (same dtype and upcast) and the comparison.
 
     ref = reference(fn, unit.cpu_values, torch.bfloat16, unit.post)   # CPU outputs, bf16 and fp32
-    ok, res, comparable, broken = check_values(st, unit, ref, out, torch.bfloat16, result)
+    check = check_values(st, unit, ref, out, torch.bfloat16, result)   # check.ok, check.comparison, ...
 """
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from opmatrix.schema import ReferenceKind
 
 from .cells import SampleResult
+from .layouts import Values
 from .numerics import (
     Comparison,
     compare,
@@ -38,11 +38,33 @@ __all__ = ["Reference", "check_values", "judge", "post", "reference"]
 class Reference:
     """The CPU's outputs at the probed dtype, and in higher precision for low-precision dtypes."""
 
-    same: Any
-    upcast: Any | None
+    same: object
+    upcast: object | None
 
 
-def reference(fn: Callable[..., Any], cpu_values: Any, dtype: torch.dtype, post: Callable[[Any], Any] = identity
+@dataclass(frozen=True)
+class Judgement:
+    """How outputs compare with a reference: the comparison, the tolerances and which reference judged."""
+
+    ok: bool
+    comparison: Comparison
+    rtol: float
+    atol: float
+    kind: ReferenceKind
+
+
+@dataclass(frozen=True)
+class ValueCheck:
+    """A call's outputs judged: whether they pass, the comparison, whether values were compared at all
+    (or only dtypes and shapes), and why OpInfo's output processing failed on them (None when it did not)."""
+
+    ok: bool
+    comparison: Comparison
+    compared: bool
+    broken: str | None
+
+
+def reference(fn: Callable[..., object], cpu_values: Values, dtype: torch.dtype, post: Callable[..., object] = identity
                ) -> Reference:
     """The CPU's outputs, through the sample's ``post`` (see :func:`post`), at the dtype and upcast."""
     same = post(to_cpu(call(fn, cpu_values)))
@@ -54,7 +76,7 @@ def reference(fn: Callable[..., Any], cpu_values: Any, dtype: torch.dtype, post:
     return Reference(same, higher)
 
 
-def post(unit: Unit, out: Any) -> tuple[Any, str | None]:
+def post(unit: Unit, out: object) -> tuple[object, str | None]:
     """The device's outputs as OpInfo compares them: through the sample's output_process_fn_grad.
 
     OpInfo's name for it is unfortunate: linalg samples use it to make outputs that are defined
@@ -70,12 +92,12 @@ def post(unit: Unit, out: Any) -> tuple[Any, str | None]:
                      f"{type(exc).__name__}: {str(exc)[:160]}")
 
 
-def judge(ref: Reference, out: Any, op: str, dtype: torch.dtype, comparable: bool) -> tuple[bool, Any]:
+def judge(ref: Reference, out: object, op: str, dtype: torch.dtype, comparable: bool) -> Judgement:
     rtol, atol = tolerance_for(op, dtype)
     kind = ReferenceKind.cpu_same_dtype
     wrong_dtype = dtype_mismatch(out, ref.same)
     if wrong_dtype is not None:  # the upcast reference compares values only, never dtypes
-        return False, (Comparison(False, detail=wrong_dtype), rtol, atol, kind)
+        return Judgement(False, Comparison(False, detail=wrong_dtype), rtol, atol, kind)
     res = compare(out, ref.same, rtol, atol, values=comparable)
     if ref.upcast is not None:
         up = compare(out, ref.upcast, rtol, atol, values=comparable)
@@ -83,26 +105,23 @@ def judge(ref: Reference, out: Any, op: str, dtype: torch.dtype, comparable: boo
             res, kind = up, ReferenceKind.cpu_upcast
         if not res.ok and compare(out, ref.same, rtol, atol, values=comparable).ok:
             res, kind = compare(out, ref.same, rtol, atol, values=comparable), ReferenceKind.cpu_same_dtype
-    return res.ok, (res, rtol, atol, kind)
+    return Judgement(res.ok, res, rtol, atol, kind)
 
 
-def check_values(st: EngineState, unit: Unit, ref: Reference, out: Any, dtype: torch.dtype, result: SampleResult
-                  ) -> tuple[bool, Comparison, bool, str | None]:
-    """Judge a call's outputs against the reference and record the numerics on ``result``.
-
-    Returns (ok, the comparison, whether values were compared, why OpInfo's output processing
-    failed on the device's outputs or None).
-    """
+def check_values(st: EngineState, unit: Unit, ref: Reference, out: object, dtype: torch.dtype, result: SampleResult
+                  ) -> ValueCheck:
+    """Judge a call's outputs against the reference and record the numerics on ``result``."""
     comparable = st.adapter.device_type != "meta" and values_comparable(unit.overload) and unit.undefined is None
     if unit.undefined is not None:
         result.note = "; ".join(filter(None, [result.note, unit.undefined]))
     out, broken = post(unit, out)
     try:
-        ok, (res, rtol, atol, kind) = judge(ref, out, unit.overload, dtype, comparable)
+        judged = judge(ref, out, unit.overload, dtype, comparable)
     except Exception as exc:  # noqa: BLE001 - opmatrix's comparison failed: never the backend's error
         note = f"values not compared: opmatrix's comparison failed ({type(exc).__name__}: {str(exc)[:160]})"
         result.note = "; ".join(filter(None, [result.note, note]))
-        return True, Comparison(True, detail=note), False, None
+        return ValueCheck(True, Comparison(True, detail=note), False, None)
+    ok, res = judged.ok, judged.comparison
     if broken is not None:
         ok, res.detail = False, broken
     elif ok and st.adapter.device_type != "meta" and values_random(unit.overload):
@@ -111,7 +130,7 @@ def check_values(st: EngineState, unit: Unit, ref: Reference, out: Any, dtype: t
         if differ is not None:
             ok, res = False, Comparison(False, detail=f"random values unlike the CPU's draw: {differ}")
     if comparable:
-        result.rtol, result.atol, result.reference = rtol, atol, kind
+        result.rtol, result.atol, result.reference = judged.rtol, judged.atol, judged.kind
         result.max_abs, result.max_rel = res.max_abs, res.max_rel
         result.mismatched = None if ok else res.mismatched
-    return ok, res, comparable, broken
+    return ValueCheck(ok, res, comparable, broken)

@@ -15,14 +15,20 @@ rank 2, anything on a scalar tensor) return None and the cell does not exist for
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar, cast
 
 import torch
 
 from opmatrix.schema import Layout
 
-__all__ = ["Variant", "make_variant", "to_device", "transform_sample"]
+__all__ = ["Values", "Variant", "make_variant", "to_device", "transform_sample"]
+
+#: one sample's values, ``(input, args, kwargs)`` as OpInfo's ``SampleInput`` holds them; inside,
+#: any Python values: tensors (or layout :class:`Variant` s) nested in tuples, lists and dicts
+Values = tuple[object, Sequence[object], Mapping[str, object]]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -83,7 +89,7 @@ def make_variant(t: torch.Tensor, layout: Layout) -> Variant | None:
     raise AssertionError(f"unhandled layout {layout}")
 
 
-def to_device(variant: Variant, device: Any) -> torch.Tensor:
+def to_device(variant: Variant, device: torch.device | str) -> torch.Tensor:
     """Re-create the variant's view on ``device`` over a device copy of its base."""
     # always a copy: on the host, .to("cpu") would alias the reference's inputs, and an op that
     # writes its input would then feed the reference's leftovers to the device run
@@ -100,22 +106,23 @@ _ATOMS = frozenset({int, float, bool, complex, str, type(None), torch.dtype, tor
                     torch.layout, slice, type(Ellipsis)})
 
 
-def map_values(obj: Any, fn: Any, leaf: tuple[type, ...] = (torch.Tensor,)) -> Any:
-    """Apply ``fn`` to every ``leaf`` object inside nested tuples, lists and dicts."""
+def map_values(obj: T, fn: Callable[..., object], leaf: tuple[type, ...] = (torch.Tensor,)) -> T:
+    """Apply ``fn`` to every ``leaf`` object inside nested tuples, lists and dicts (the same structure
+    comes back, each leaf replaced by what ``fn`` made of it)."""
     if type(obj) in _ATOMS:  # most values are plain scalars: one set lookup instead of four isinstance
         return obj
     if isinstance(obj, leaf):
-        return fn(obj)
+        return cast(T, fn(obj))
     if isinstance(obj, tuple):
-        return tuple(map_values(o, fn, leaf) for o in obj)
+        return cast(T, tuple(map_values(o, fn, leaf) for o in obj))
     if isinstance(obj, list):
-        return [map_values(o, fn, leaf) for o in obj]
+        return cast(T, [map_values(o, fn, leaf) for o in obj])
     if isinstance(obj, dict):
-        return {k: map_values(v, fn, leaf) for k, v in obj.items()}
+        return cast(T, {k: map_values(v, fn, leaf) for k, v in obj.items()})
     return obj
 
 
-def _first_tensor(obj: Any) -> torch.Tensor | None:
+def _first_tensor(obj: object) -> torch.Tensor | None:
     if isinstance(obj, torch.Tensor):
         return obj
     if isinstance(obj, (tuple, list)):
@@ -128,7 +135,7 @@ def _first_tensor(obj: Any) -> torch.Tensor | None:
     return None
 
 
-def _has_unstrided(values: Any) -> bool:
+def _has_unstrided(values: Values) -> bool:
     found: list[bool] = []
 
     def note(t: torch.Tensor) -> torch.Tensor:
@@ -139,19 +146,20 @@ def _has_unstrided(values: Any) -> bool:
     return any(found)
 
 
-def primary_tensor(values: Any) -> torch.Tensor | None:
+def primary_tensor(values: Values) -> torch.Tensor | None:
     """The tensor whose rank and layout name the cell: the input, else the first tensor."""
     return _first_tensor(values)
 
 
 #: the last sample prepared, with the prepared form (every layout of one sample is asked in a row)
-_LAST: list[Any] = [None, None]
+_LAST: list[object] = [None, None]
+Prepared = tuple[Values, torch.Tensor, bool]
 
 
-def _prepare(values: Any) -> tuple[Any, torch.Tensor, bool] | None:
+def _prepare(values: Values) -> Prepared | None:
     """``values`` with conj/neg views resolved, its primary tensor, and whether any is unstrided."""
     if _LAST[0] is values:
-        return _LAST[1]  # type: ignore[no-any-return]
+        return cast("Prepared | None", _LAST[1])
     if primary_tensor(values) is None:
         prepared = None
     else:
@@ -175,7 +183,7 @@ def _prepare(values: Any) -> tuple[Any, torch.Tensor, bool] | None:
     return prepared
 
 
-def transform_sample(values: Any, layout: Layout) -> Any | None:
+def transform_sample(values: Values, layout: Layout) -> Values | None:
     """Apply ``layout`` to every tensor in ``values`` (input, args, kwargs).
 
     Returns the values with each tensor replaced by a :class:`Variant` (tensors the layout does

@@ -89,12 +89,12 @@ class Comparison:
     mismatched: int | None = None
 
 
-def leaves(obj: Any) -> list[Any]:
+def leaves(obj: object) -> list[object]:
     """A call's outputs, flattened: tensors, numbers, None and shapes (as tuples), in order."""
     if isinstance(obj, torch.Tensor) or obj is None or isinstance(obj, (bool, int, float, complex)):
         return [obj]
     if isinstance(obj, (tuple, list)):
-        out: list[Any] = []
+        out: list[object] = []
         for o in obj:
             out.extend(leaves(o))
         return out
@@ -103,7 +103,7 @@ def leaves(obj: Any) -> list[Any]:
     return [obj]
 
 
-def dtype_mismatch(actual: Any, expected: Any) -> str | None:
+def dtype_mismatch(actual: object, expected: object) -> str | None:
     """Where the device's output dtypes differ from the same-dtype reference's, if anywhere."""
     for i, (a, e) in enumerate(zip(leaves(actual), leaves(expected), strict=False)):
         if isinstance(a, torch.Tensor) and isinstance(e, torch.Tensor) and a.dtype != e.dtype:
@@ -111,7 +111,7 @@ def dtype_mismatch(actual: Any, expected: Any) -> str | None:
     return None
 
 
-def compare(actual: Any, expected: Any, rtol: float, atol: float, *, values: bool = True) -> Comparison:
+def compare(actual: object, expected: object, rtol: float, atol: float, *, values: bool = True) -> Comparison:
     """Compare (CPU copies of) device outputs with the reference outputs."""
     a_leaves, e_leaves = leaves(actual), leaves(expected)
     if len(a_leaves) != len(e_leaves):
@@ -192,7 +192,7 @@ _MOMENT_MIN = 16
 _MOMENT_SIGMAS = 8.0
 
 
-def moments_differ(actual: Any, expected: Any) -> str | None:
+def moments_differ(actual: object, expected: object) -> str | None:
     """Why two random draws of one distribution (the device's and the CPU's, same arguments) do
     not look alike (mean, standard deviation), or None. Values are never compared one by one."""
     for i, (a, e) in enumerate(zip(leaves(actual), leaves(expected), strict=False)):

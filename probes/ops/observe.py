@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .layouts import map_values
+from .layouts import Values, map_values
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = [
     "LeafRecorder",
@@ -186,7 +189,7 @@ class LeafRecorder(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def _kind(value: Any) -> Any:
+def _kind(value: object) -> Any:
     if isinstance(value, torch.Tensor):
         # rank and dtype select overloads too (interpolate: rank 4 -> upsample_*2d, rank 3 -> *1d)
         return ("T", value.dim(), str(value.dtype).removeprefix("torch."))
@@ -207,14 +210,14 @@ def _kind(value: Any) -> Any:
     return ("O", type(value).__name__)
 
 
-def signature_of(values: Any) -> Any:
+def signature_of(values: Values) -> Any:
     """A hashable signature of argument kinds, tensor ranks and dtypes: samples with equal
     signatures call one overload."""
     inp, args, kwargs = values
     return (_kind(inp), tuple(_kind(a) for a in args), tuple(sorted((k, _kind(v)) for k, v in kwargs.items())))
 
 
-def top_level_overloads(fn: Any, values: Any) -> list[str]:
+def top_level_overloads(fn: Callable[..., object], values: Values) -> list[str]:
     """Overloads ``fn(*values)`` calls at the top level (before composite decomposition).
 
     Recorded by a dispatch mode on the ``PreDispatch`` key (:class:`_PreDispatchRecorder`, about
@@ -243,7 +246,7 @@ def _pre_dispatch_recorder_class() -> type:
     return _PreDispatchRecorder
 
 
-def _pre_dispatch_overloads(fn: Any, values: Any) -> list[str]:
+def _pre_dispatch_overloads(fn: Callable[..., object], values: Values) -> list[str]:
     """The recorded top-level calls. A sample the op rejects (an unsupported dtype) still names
     the overload it called before its kernel raised; a call that raised before any op is
     re-raised. Where the mode cannot be set at all, a ``make_fx`` trace answers instead."""
@@ -267,13 +270,13 @@ def _pre_dispatch_overloads(fn: Any, values: Any) -> list[str]:
     return list(recorder.calls)
 
 
-def _make_fx_overloads(fn: Any, values: Any) -> list[str]:
+def _make_fx_overloads(fn: Callable[..., object], values: Values) -> list[str]:
     from torch.fx.experimental.proxy_tensor import make_fx
 
     inp, args, kwargs = values
     tensors: list[torch.Tensor] = []
 
-    def collect(v: Any) -> Any:
+    def collect(v: object) -> Any:
         if isinstance(v, torch.Tensor):
             tensors.append(v)
             return ("__t__", len(tensors) - 1)
@@ -287,7 +290,7 @@ def _make_fx_overloads(fn: Any, values: Any) -> list[str]:
 
     skeleton = collect((inp, args, kwargs))
 
-    def rebuild(v: Any, ts: Any) -> Any:
+    def rebuild(v: object, ts: Any) -> Any:
         if isinstance(v, tuple) and len(v) == 2 and v[0] == "__t__":
             return ts[v[1]]
         if isinstance(v, tuple):

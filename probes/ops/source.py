@@ -20,9 +20,15 @@ import importlib.util
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opmatrix.schema.files import cache_dir, write_text_atomic
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import torch
+    from torch.testing._internal.opinfo.core import OpInfo, SampleInput
 
 __all__ = ["OpEntry", "UnknownOp", "adopt_index", "all_ops", "generate_samples", "index_cached", "index_data", "op_names",
            "select_ops", "source_hash", "values_undefined"]
@@ -41,7 +47,7 @@ class OpEntry:
 
     __slots__ = ("full_name", "_name", "_info")
 
-    def __init__(self, full_name: str, info: Any = None, name: str | None = None):
+    def __init__(self, full_name: str, info: OpInfo | None = None, name: str | None = None):
         self.full_name = full_name
         self._info = info
         self._name = name if name is not None else (str(info.name) if info is not None else full_name)
@@ -52,7 +58,7 @@ class OpEntry:
         return self._name
 
     @property
-    def info(self) -> Any:  # torch.testing._internal.opinfo.core.OpInfo
+    def info(self) -> OpInfo:
         """The OpInfo (imports ``op_db`` the first time any entry needs one)."""
         if self._info is None:
             self._info = _by_full_name()[self.full_name].info
@@ -140,7 +146,9 @@ def index_data() -> dict[str, Any]:
     return _index_data(all_ops())
 
 
-def _parse_index(data: Any) -> dict[str, Any] | None:
+def _parse_index(data: object) -> dict[str, Any] | None:
+    if not isinstance(data, dict):
+        return None
     try:
         ops = [OpEntry(str(full), name=str(name)) for full, name in data["ops"]]
         return {"torch": str(data["torch"]), "git": str(data["git"]), "ops": tuple(ops)}
@@ -164,7 +172,7 @@ def _index() -> dict[str, Any] | None:
         return None  # a miss: all_ops() imports op_db and writes the index again
 
 
-def adopt_index(data: Any) -> bool:
+def adopt_index(data: object) -> bool:
     """Use ``data`` (what :func:`index_data` returned in another process of this torch install)
     as the name index; False, and nothing changed, when it is not one."""
     parsed = _parse_index(data)
@@ -225,7 +233,7 @@ def source_hash(entries: Iterable[OpEntry]) -> str:
     return h.hexdigest()[:16]
 
 
-def _sample_iter(info: Any, dtype: Any, requires_grad: bool = False) -> Iterable[Any]:
+def _sample_iter(info: OpInfo, dtype: torch.dtype, requires_grad: bool = False) -> Iterable[SampleInput]:
     """What ``info.sample_inputs("cpu", dtype, set_seed=False)`` yields, without its tracker.
 
     ``OpInfo.sample_inputs`` wraps ``sample_inputs_func`` in a ``TrackedInputIter`` that looks for
@@ -242,14 +250,14 @@ def _sample_iter(info: Any, dtype: Any, requires_grad: bool = False) -> Iterable
 
 
 @functools.lru_cache(maxsize=1)
-def _opinfo_sample_inputs() -> Any:
+def _opinfo_sample_inputs() -> Callable[..., Iterable[SampleInput]]:
     from torch.testing._internal.opinfo.core import OpInfo
 
     return OpInfo.sample_inputs
 
 
-def generate_samples(entry: OpEntry, dtype: Any, *, seed: int = 0, limit: int | None = None,
-                     requires_grad: bool = False, partial: list[str] | None = None) -> list[Any]:
+def generate_samples(entry: OpEntry, dtype: torch.dtype, *, seed: int = 0, limit: int | None = None,
+                     requires_grad: bool = False, partial: list[str] | None = None) -> list[SampleInput]:
     """CPU samples of ``entry`` at ``dtype``, reproducible (seeded once per call).
 
     ``requires_grad``: OpInfo's gradient generation (it marks the tensors whose gradients its
@@ -283,14 +291,14 @@ def generate_samples(entry: OpEntry, dtype: Any, *, seed: int = 0, limit: int | 
     return samples
 
 
-def _skip_reason(decorator: Any) -> str | None:
+def _skip_reason(decorator: object) -> str | None:
     """The reason string a ``unittest.skip(reason)`` decorator closes over, if it is one."""
     cells = getattr(decorator, "__closure__", None) or ()
     reasons = [c.cell_contents for c in cells if isinstance(c.cell_contents, str)]
     return reasons[0] if reasons else None
 
 
-def values_undefined(entry: OpEntry, dtype: Any) -> str | None:
+def values_undefined(entry: OpEntry, dtype: torch.dtype) -> str | None:
     """Why OpInfo says this op's outputs cannot be compared with the CPU's, on any device.
 
     PyTorch's ``test_compare_cpu`` (device vs CPU, the comparison opmatrix makes) is skipped for

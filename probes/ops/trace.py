@@ -21,11 +21,14 @@ the calls a kernel makes. When the profiler cannot run, the state is ``unknown``
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 import torch
 
 from opmatrix.schema import FallbackState
+
+if TYPE_CHECKING:
+    from torch._C._profiler import _ProfilerEvent, _TensorMetadata
 
 __all__ = ["CallTrace", "Observed", "children_of_root"]
 
@@ -59,23 +62,23 @@ class Observed:
     copies: int = 0
     bytes: int = 0
     #: names of the ops at the top of the call (the op itself) and their direct children
-    roots: list[Any] = field(default_factory=list)
+    roots: list[_ProfilerEvent] = field(default_factory=list)
     #: every op name in the call tree, first occurrence order
     names: list[str] = field(default_factory=list)
     why: str | None = None  # why the state is unknown
 
 
-def _tensors(event: Any) -> list[Any]:
-    out: list[Any] = []
+def _tensors(event: _ProfilerEvent) -> list[_TensorMetadata]:
+    out: list[_TensorMetadata] = []
     for value in getattr(event.extra_fields, "inputs", None) or []:
         if hasattr(value, "device") and hasattr(value, "sizes"):
-            out.append(value)
+            out.append(cast("_TensorMetadata", value))
         elif isinstance(value, list):
-            out += [v for v in value if hasattr(v, "device") and hasattr(v, "sizes")]
+            out += [cast("_TensorMetadata", v) for v in value if hasattr(v, "device") and hasattr(v, "sizes")]
     return out
 
 
-def _nbytes(meta: Any) -> int:
+def _nbytes(meta: _TensorMetadata) -> int:
     n = 1
     for s in meta.sizes:
         n *= int(s)
@@ -85,11 +88,11 @@ def _nbytes(meta: Any) -> int:
         return n
 
 
-def _is_host(meta: Any) -> bool:
+def _is_host(meta: _TensorMetadata) -> bool:
     return str(meta.device).split(":")[0] == "cpu"
 
 
-def _transfer(event: Any) -> int | None:
+def _transfer(event: _ProfilerEvent) -> int | None:
     """Bytes moved when ``event`` copies between the host and a device, else None."""
     name = event.name
     tensors = _tensors(event)
@@ -110,7 +113,7 @@ class CallTrace:
     """Profile one device call; :attr:`observed` says whether it fell back to the host."""
 
     def __init__(self) -> None:
-        self._prof: Any = None
+        self._prof: torch.profiler.profile | None = None
         self.observed = Observed()
 
     def __enter__(self) -> CallTrace:
@@ -122,19 +125,22 @@ class CallTrace:
             self.observed = Observed(why=f"profiler unavailable: {type(exc).__name__}: {str(exc)[:160]}")
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._prof is None:
             return
         try:
             self._prof.__exit__(None, None, None)
-            roots = self._prof.profiler.kineto_results.experimental_event_tree()
+            results = self._prof.profiler.kineto_results if self._prof.profiler is not None else None
+            if results is None:
+                raise RuntimeError("the profiler kept no results")
+            roots = results.experimental_event_tree()
         except Exception as err:  # noqa: BLE001
             self.observed = Observed(why=f"profiler failed: {type(err).__name__}: {str(err)[:160]}")
             return
         self.observed = observe_tree(list(roots))
 
 
-def observe_tree(roots: list[Any]) -> Observed:
+def observe_tree(roots: list[_ProfilerEvent]) -> Observed:
     """Fallback evidence from the events under ``roots`` (the call's own events)."""
     # operator and record_function events (the autograd engine nests backward ops under its own)
     ops = [r for r in roots if hasattr(getattr(r, "extra_fields", None), "inputs")]
@@ -164,11 +170,11 @@ def observe_tree(roots: list[Any]) -> Observed:
     return seen
 
 
-def _is_op(event: Any) -> bool:
+def _is_op(event: _ProfilerEvent) -> bool:
     return str(event.name).startswith(("aten::", "prims::"))
 
 
-def _walk(events: list[Any]) -> list[Any]:
+def _walk(events: list[_ProfilerEvent]) -> list[_ProfilerEvent]:
     out, stack = [], list(events)
     while stack:
         event = stack.pop()

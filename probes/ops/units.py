@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -21,16 +21,19 @@ from opmatrix.schema.conditions import INPUT
 from opmatrix.schema.enums import DTYPES
 
 from . import observe
-from .layouts import primary_tensor, to_device, transform_sample
+from .layouts import Values, primary_tensor, to_device, transform_sample
 from .source import OpEntry
 from .state import EngineState, ProbeOptions
 from .values import call, identity, map_tensors, tensors_in
+
+if TYPE_CHECKING:
+    from torch.testing._internal.opinfo.core import SampleInput
 
 __all__ = ["Unit", "device_values", "dtype_of", "holds_dtype", "overload_of", "unit_id", "units", "values_key"]
 
 
 @functools.lru_cache(maxsize=4096)
-def _schema_args(overload: str) -> tuple[Any, ...]:
+def _schema_args(overload: str) -> tuple[torch._C.Argument, ...]:
     """The schema arguments of ``aten.name.overload`` (none for a Python-only op)."""
     try:
         ns, name, ov = overload.split(".", 2)
@@ -43,7 +46,7 @@ def _arg_names(overload: str) -> list[str]:
     return [a.name for a in _schema_args(overload)]
 
 
-def _named_features(overload: str, values: Any, rank: int) -> dict[str, str]:
+def _named_features(overload: str, values: Values, rank: int) -> dict[str, str]:
     inp, args, kwargs = values
     named: dict[str, Any] = {}
     arg_names = _arg_names(overload)
@@ -65,12 +68,12 @@ def _named_features(overload: str, values: Any, rank: int) -> dict[str, str]:
 class Unit:
     index: str
     layout: Layout
-    cpu_values: Any  # values with CPU tensors (the layout's views)
-    variants: Any  # values with Variants
+    cpu_values: Values  # values with CPU tensors (the layout's views)
+    variants: Values  # values with Variants
     rank: int
     overload: str
     features: dict[str, str]
-    post: Callable[[Any], Any] = identity  # the sample's output_process_fn_grad
+    post: Callable[..., object] = identity  # the sample's output_process_fn_grad
     undefined: str | None = None  # why the values cannot be compared (OpInfo; dropout_p > 0)
     #: the dtype the cell is filed under: the first tensor's (a factory's: its output's)
     dtype: str = ""
@@ -92,7 +95,7 @@ def values_key(unit: Unit) -> tuple[str, bool]:
     return unit.index, unit.layout is Layout.expanded
 
 
-def device_values(unit: Unit, device: Any) -> Any:
+def device_values(unit: Unit, device: torch.device | str) -> Any:
     """The unit's values with every tensor on ``device`` in the unit's layout; a factory
     sample's with ``device=`` the device (the CPU one's says ``device="cpu"`` or nothing)."""
     values = map_tensors(unit.variants, lambda v: to_device(v, device))
@@ -102,7 +105,7 @@ def device_values(unit: Unit, device: Any) -> Any:
     return values
 
 
-def dtype_of(values: Any) -> str | None:
+def dtype_of(values: object) -> str | None:
     """The dtype a sample is filed under: its first tensor's that the matrix can name."""
     for t in tensors_in(values):
         name = str(t.dtype).removeprefix("torch.")
@@ -111,13 +114,13 @@ def dtype_of(values: Any) -> str | None:
     return None
 
 
-def holds_dtype(values: Any, dtype: torch.dtype) -> bool:
+def holds_dtype(values: Values, dtype: torch.dtype) -> bool:
     """Whether any tensor of the sample (or a factory's ``dtype=``) is of ``dtype``."""
     inp, args, kwargs = values
     return kwargs.get("dtype") == dtype or any(t.dtype == dtype for t in tensors_in(values))
 
 
-def overload_of(st: EngineState, entry: OpEntry, values: Any) -> str:
+def overload_of(st: EngineState, entry: OpEntry, values: Values) -> str:
     key = f"{entry.full_name}|{observe.signature_of(values)!r}"
     calls = st.overloads.get(key)
     if calls is None:
@@ -135,7 +138,7 @@ def overload_of(st: EngineState, entry: OpEntry, values: Any) -> str:
     return observe.primary_overload(calls) or f"opinfo.{entry.full_name}"  # several ops: the OpInfo itself
 
 
-def _dim_position(overload: str, values: Any) -> tuple[str, Any] | None:
+def _dim_position(overload: str, values: Values) -> tuple[str, Any] | None:
     """Where an integer ``dim`` argument sits in ``values``: ("kw", name) or ("pos", index)."""
     inp, args, kwargs = values
     for name in ("dim", "axis"):
@@ -149,7 +152,7 @@ def _dim_position(overload: str, values: Any) -> tuple[str, Any] | None:
     return None
 
 
-def _arg_variants(overload: str, base: Any) -> list[Any]:
+def _arg_variants(overload: str, base: Values) -> list[Values]:
     """The sample with its ``dim`` moved to the first and the last axis (argument conditions
     such as "native for the last axis" are only observable when both occur)."""
     where = _dim_position(overload, base)
@@ -158,8 +161,10 @@ def _arg_variants(overload: str, base: Any) -> list[Any]:
         return []
     inp, args, kwargs = base
     current = kwargs[where[1]] if where[0] == "kw" else args[where[1]]
+    if not isinstance(current, int):  # _dim_position found an int there
+        return []
     rank = primary.dim()
-    out = []
+    out: list[Values] = []
     for d in (0, rank - 1):
         if d % rank == current % rank:
             continue
@@ -172,7 +177,7 @@ def _arg_variants(overload: str, base: Any) -> list[Any]:
     return out
 
 
-def units(st: EngineState, entry: OpEntry, samples: list[Any], opts: ProbeOptions, undefined: str | None,
+def units(st: EngineState, entry: OpEntry, samples: list[SampleInput], opts: ProbeOptions, undefined: str | None,
           masks: list[tuple[bool, ...] | None] | None = None) -> Iterator[Unit]:
     """Every unit of the samples: argument variants x layouts; a factory sample (no tensor
     input) is one contiguous unit. ``masks``: per sample, which tensors OpInfo's gradient
@@ -187,7 +192,7 @@ def units(st: EngineState, entry: OpEntry, samples: list[Any], opts: ProbeOption
                 yield factory
             continue
         overload0 = overload_of(st, entry, first)
-        bases = [(str(i), first)]
+        bases: list[tuple[str, Values]] = [(str(i), first)]
         for k, v in enumerate(_arg_variants(overload0, first)):
             shape = tuple(primary_tensor(v).shape)  # type: ignore[union-attr]
             key = (observe.signature_of(v), shape, repr(v[1:]))
@@ -203,7 +208,7 @@ def units(st: EngineState, entry: OpEntry, samples: list[Any], opts: ProbeOption
                 yield unit
 
 
-def _factory_unit(st: EngineState, entry: OpEntry, index: str, values: Any, opts: ProbeOptions,
+def _factory_unit(st: EngineState, entry: OpEntry, index: str, values: Values, opts: ProbeOptions,
                   undefined: str | None) -> Unit | None:
     """The unit of a sample with no tensor input (``zeros``, ``arange``, a window function): it runs
     with ``device=`` the device and the sample's dtype; rank and dtype come from the CPU's output.
@@ -229,11 +234,11 @@ def _factory_unit(st: EngineState, entry: OpEntry, index: str, values: Any, opts
                 dtype=dtype if dtype in DTYPES else "", factory=True)
 
 
-def _number(value: Any) -> float:
+def _number(value: object) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
 
 
-def _layout_units(st: EngineState, entry: OpEntry, index: str, base: Any, opts: ProbeOptions,
+def _layout_units(st: EngineState, entry: OpEntry, index: str, base: Values, opts: ProbeOptions,
                   overload: str) -> Iterator[Unit]:
     for layout in opts.layouts:
         variants = transform_sample(base, layout)

@@ -10,24 +10,24 @@ from __future__ import annotations
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 import torch
 
 from opmatrix.schema import ErrorInfo
 
-from .layouts import Variant, map_values
+from .layouts import T, Values, Variant, map_values
 
 __all__ = ["UnreadableError", "call", "error_info", "identity", "map_tensors", "readable", "root_cause", "tensors_in", "to_cpu",
            "upcast", "where"]
 
 
-def map_tensors(obj: Any, fn: Callable[[Any], Any]) -> Any:
+def map_tensors(obj: T, fn: Callable[..., object]) -> T:
     """``fn`` applied to every tensor (and layout :class:`Variant`) inside ``obj``."""
     return map_values(obj, fn, (torch.Tensor, Variant))
 
 
-def tensors_in(obj: Any) -> list[torch.Tensor]:
+def tensors_in(obj: object) -> list[torch.Tensor]:
     """Every tensor inside ``obj`` (nested tuples, lists, dicts), in :func:`map_tensors` order."""
     found: list[torch.Tensor] = []
 
@@ -39,27 +39,27 @@ def tensors_in(obj: Any) -> list[torch.Tensor]:
     return found
 
 
-def to_cpu(obj: Any) -> Any:
+def to_cpu(obj: T) -> T:
     """Detached host copies of every tensor in ``obj`` (meta tensors stay as they are)."""
     if isinstance(obj, torch.Tensor):
-        return obj.detach().cpu() if obj.device.type != "meta" else obj
+        return cast(T, obj.detach().cpu()) if obj.device.type != "meta" else obj
     if isinstance(obj, (tuple, list)):
-        return type(obj)(to_cpu(o) for o in obj) if not hasattr(obj, "_fields") else tuple(to_cpu(o) for o in obj)
+        return cast(T, type(obj)(to_cpu(o) for o in obj) if not hasattr(obj, "_fields") else tuple(to_cpu(o) for o in obj))
     return obj
 
 
-def call(fn: Callable[..., Any], values: Any) -> Any:
+def call(fn: Callable[..., object], values: Values) -> object:
     """``fn(input, *args, **kwargs)``."""
     inp, args, kwargs = values
     return fn(inp, *args, **kwargs)
 
 
-def upcast(values: Any, dtype: torch.dtype, to: torch.dtype) -> Any:
+def upcast(values: T, dtype: torch.dtype, to: torch.dtype) -> T:
     """``values`` with every ``dtype`` tensor converted to ``to``."""
     return map_tensors(values, lambda t: t.to(to) if t.dtype == dtype else t)
 
 
-def identity(out: Any) -> Any:
+def identity(out: T) -> T:
     """The outputs unchanged (the default output processing)."""
     return out
 
