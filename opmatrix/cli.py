@@ -169,10 +169,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     _tolerant_streams()
     parser = build_parser()
     args = parser.parse_args(argv)  # the CLI only parses: each verb's options object checks the values
-    bad = _non_utf8_argument(args)
-    if bad is not None:
-        print(f"opmatrix {args.verb}: {bad}", file=sys.stderr)
-        return 2
     if args.version:
         from opmatrix import __version__
 
@@ -221,23 +217,6 @@ def _tolerant_streams() -> None:
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
             reconfigure(errors=FALLBACK_ERRORS)
-
-
-def _non_utf8_argument(args: argparse.Namespace) -> str | None:
-    """The first argument holding bytes that are not UTF-8, named with escapes (None when all are text).
-
-    Paths and operator names end up in UTF-8 artifacts (headers, journals, pages), which cannot hold
-    such bytes: refused before any work, rather than a traceback half-way."""
-    from opmatrix.schema.text import non_utf8
-
-    for name, value in vars(args).items():
-        for item in value if isinstance(value, (list, tuple)) else [value]:
-            shown = non_utf8(item) if isinstance(item, str) else None
-            if shown is not None:
-                option = name if name in ("matrix", "op", "files", "journals", "a", "b") else "--" + name.replace("_", "-")
-                return (f"{option} '{shown}': not valid UTF-8 (the escapes are the bytes that are not); opmatrix "
-                        "writes names and paths into UTF-8 artifacts: use a UTF-8 name")
-    return None
 
 
 def _silence_stdout() -> None:
