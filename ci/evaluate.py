@@ -262,6 +262,12 @@ def _requirement_results(contract: Contract, ev: _Evidence) -> list[RequirementR
                     "nothing proves the promise",
                 )
             )
+    if not any(r.blocking for r in requirements):  # e.g. judged_levels naming only levels above the promise
+        requirements.append(_unknown(
+            "scope", contract.level, "level", "the promised levels", True,
+            f"no requirement of a promised level (0-{contract.level}) was judged (judged: "
+            f"{', '.join(map(str, sorted({r.level for r in requirements}))) or 'none'}): nothing proves the promise",
+        ))
     return _unique_ids(requirements)
 
 

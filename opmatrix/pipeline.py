@@ -31,6 +31,7 @@ from opmatrix.schema import (
     gc_paused,
     write_text_atomic,
 )
+from opmatrix.schema.files import refuse_inputs_as_outputs
 from opmatrix.schema.journalfile import Record, scan_journal
 from opmatrix.schema.outdir import DirClaim, check_out_path, claim_dir
 
@@ -219,6 +220,8 @@ def merge(options: MergeOptions) -> int:
     from opmatrix.probes.runner.journal import rotate
 
     out = check_out_path(options.out)
+    refuse_inputs_as_outputs([("--out", out / JOURNAL), ("--out", out / "matrix.yaml")],
+                             [("JOURNAL", path) for path in options.journals])
     scans = [scan_journal(path) for path in options.journals]
     _say([n for n in (s.note() for s in scans) if n])
     records = merge_records([s.records for s in scans])

@@ -10,7 +10,9 @@ A matrix written by opmatrix ends its header block with::
 Every loader checks them (:meth:`opmatrix.schema.Matrix` validation): a file cut short (a
 truncated copy, a matrix cut at an operator boundary) no longer holds the cells it says, and a
 hand-edited one no longer matches its digest; both are invalid (exit 2), named as such. Files
-written before this block existed have none and still load.
+written before this block existed have none and still load, but the gate and ``validate --strict``
+refuse them unless ``--allow-unsealed``. The seal detects corruption and edits; it is not a
+signature (anyone can recompute it): docs/seals.md says how to sign artifacts for authenticity.
 """
 
 from __future__ import annotations

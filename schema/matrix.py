@@ -364,7 +364,7 @@ class Matrix(Model):
             )
         context = info.context if isinstance(info.context, dict) else {}
         if context.get(DIGEST_VERIFIED) is True:
-            return self  # the validated-model cache: these very bytes passed this check when it was written
+            return self  # the validated-model cache: the entry's content was re-hashed against the YAML's seal
         if context.get(PARSED_DIGEST) == seal.digest:
             return self  # the document is the very content that was sealed
         if self.digest() != seal.digest:

@@ -414,3 +414,20 @@ def test_a_probe_under_a_long_tmpdir_survives_worker_replacements(tmp_path: Path
     m = load_matrix(tmp_path / "p" / "matrix.yaml")
     assert any(e.outcome.value == "crashed" for e in m.operators["aten.mul.Tensor"])
 
+
+
+def test_judging_only_levels_above_the_promise_proves_nothing() -> None:
+    """judged_levels that name no promised level leave every judged requirement informational: unknown, blocked."""
+    c = contract([op_req(["aten.add.Tensor"])], level=1, judged_levels=[2])
+    result = evaluate_contract(g2_matrix(), c, today=TODAY)
+    assert result.verdict is Verdict.blocked
+    assert any(line.startswith("scope (unknown): no requirement of a promised level") for line in result.blocking)
+
+
+def test_merge_never_writes_over_the_journal_it_reads(tmp_path: Path) -> None:
+    journal = tmp_path / "p" / "journal.jsonl"
+    journal.parent.mkdir()
+    journal.write_text('{"kind": "header"}\n')
+    out = run_cli("merge", str(journal), "--out", str(journal.parent))
+    assert out.returncode == 2 and "is the same file as JOURNAL" in out.stderr
+    assert journal.read_text() == '{"kind": "header"}\n' and not (journal.parent / "journal.jsonl.prev").exists()
