@@ -33,7 +33,8 @@ _LAZY = {
     "MatrixIndex": "opmatrix.matrix",
     "Answer": "opmatrix.matrix",
     "evaluate_contract": "opmatrix.ci",
-    **{verb: "opmatrix.api" for verb in ("probe", "merge", "gate", "report", "explain", "bench", "compat")},
+    **{verb: "opmatrix.api" for verb in ("probe", "merge", "gate", "report", "explain", "bench", "compat", "doctor",
+                                                 "query", "diff")},
     **{name: "opmatrix.options" for name in (
         "ProbeOptions", "MergeOptions", "GateOptions", "ReportOptions", "ExplainOptions", "BenchOptions",
         "CompatOptions", "DoctorOptions", "QueryOptions", "DiffOptions")},

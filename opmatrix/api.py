@@ -23,11 +23,12 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from opmatrix.ci.options import CompatOptions, GateOptions
     from opmatrix.matrix.placement import Placement
+    from opmatrix.matrix.options import DiffOptions, QueryOptions
     from opmatrix.options import ExplainOptions, MergeOptions
-    from opmatrix.probes.options import BenchOptions, ProbeOptions
+    from opmatrix.probes.options import BenchOptions, DoctorOptions, ProbeOptions
     from opmatrix.reports.options import ReportOptions
 
-__all__ = ["bench", "compat", "explain", "gate", "merge", "probe", "report"]
+__all__ = ["bench", "compat", "diff", "doctor", "explain", "gate", "merge", "probe", "query", "report"]
 
 
 def probe(options: ProbeOptions) -> int:
@@ -89,3 +90,24 @@ def compat(options: CompatOptions) -> int:
     except UnknownOp as exc:
         raise UsageError(str(exc)) from None
     return run_compat(options)
+
+
+def doctor(options: DoctorOptions) -> int:
+    """The level 0/1 checks (level 5: and the distributed suite) in bring-up order; 0 when all pass."""
+    from opmatrix.probes.runtime.doctor import doctor as run_doctor
+
+    return run_doctor(options)
+
+
+def query(options: QueryOptions) -> int:
+    """Print how an op runs for one cell of a matrix (or its entries); use ``MatrixIndex`` for values."""
+    from opmatrix.matrix.verbs import query as run_query
+
+    return run_query(options)
+
+
+def diff(options: DiffOptions) -> int:
+    """Print the cells better / worse / new / removed from matrix A to matrix B."""
+    from opmatrix.matrix.verbs import diff as run_diff
+
+    return run_diff(options)

@@ -23,7 +23,7 @@ from .conftest import EXAMPLES, ROOT
 
 
 def test_the_api_takes_options_not_argparse() -> None:
-    for name in ("probe", "merge", "gate", "report", "explain", "bench", "compat"):
+    for name in ("probe", "merge", "gate", "report", "explain", "bench", "compat", "doctor", "query", "diff"):
         src = inspect.getsource(getattr(opmatrix, name))
         assert "Namespace" not in src and "argparse" not in src, name
     for pkg in ("probes", "ci", "matrix", "reports", "backend", "schema"):
@@ -91,6 +91,10 @@ def test_gate_report_and_explain_from_python(tmp_path: Path, capsys: pytest.Capt
     report = opmatrix.explain(opmatrix.ExplainOptions(matrix=matrix, model="mlp"))
     assert report.workload == "mlp" and report.nodes
     capsys.readouterr()
+    assert opmatrix.query(opmatrix.QueryOptions(matrix=matrix, op="aten.softmax.int", dtype="float32", rank=2,
+                                                arg=("dim=-1",))) == 0
+    assert capsys.readouterr().out.startswith("aten.softmax.int float32 2 contiguous eager with dim=-1: ")
+    assert opmatrix.diff(opmatrix.DiffOptions(a=matrix, b=matrix)) == 0
 
 
 @pytest.mark.slow  # a real probe of refaccel in worker processes
