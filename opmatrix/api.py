@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from opmatrix.ci.options import CompatOptions, GateOptions
-    from opmatrix.matrix.placement import Placement
     from opmatrix.matrix.options import DiffOptions, QueryOptions
+    from opmatrix.matrix.placement import Placement
     from opmatrix.options import ExplainOptions, MergeOptions
     from opmatrix.probes.options import BenchOptions, DoctorOptions, ProbeOptions
     from opmatrix.reports.options import ReportOptions
