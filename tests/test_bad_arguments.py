@@ -75,7 +75,8 @@ CASES = [
     (["bench", "--backend", "nosuchaccel", "--workloads", "mlp"], "--backend: unknown backend 'nosuchaccel'"),
     (["bench", "--backend", "refaccel", "--generation", "g9", "--ops", "add"], "--generation: refaccel has no"),
     (["bench", "--backend", "cpu", "--dtype", "float33"], "opmatrix bench: argument --dtype: invalid choice"),
-    (["bench", "--backend", "cpu", "--workloads", "nosuchnet"], "opmatrix bench: unknown workload/op nosuchnet"),
+    (["bench", "--backend", "cpu", "--workloads", "nosuchnet"], "--workloads: unknown workload 'nosuchnet' (choose from"),
+    (["bench", "--backend", "cpu", "--ops", "add,nosuchop"], "--ops: unknown hot op 'nosuchop' (choose from add,"),
     # compat: versions, backend, ops before any environment is made
     (["compat", "--torch", ","], "--torch: empty; name at least one"),
     (["compat", "--torch", "2.x"], "--torch: '2.x' is not a torch version"),

@@ -44,13 +44,11 @@ def bench_specs(args: BenchOptions) -> list[dict[str, Any]]:
     workloads, ops = list(args.workloads or []), list(args.ops or [])
     if args.workloads is None and args.ops is None:
         workloads, ops = list(DEFAULT_WORKLOADS), list(DEFAULT_OPS)
-    unknown = [w for w in workloads if w not in _known_workloads()]
-    unknown += [o for o in ops if o not in HOT_OPS]
-    if unknown:
-        raise UsageError(
-            f"opmatrix bench: unknown workload/op {', '.join(unknown)}; workloads: {', '.join(_known_workloads())}; "
-            f"ops: {', '.join(sorted(HOT_OPS))}"
-        )
+    for flag, names, known in (("--workloads", workloads, _known_workloads()), ("--ops", ops, sorted(HOT_OPS))):
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise UsageError(f"{flag}: unknown {'workload' if flag == '--workloads' else 'hot op'} "
+                             f"{', '.join(map(repr, unknown))} (choose from {', '.join(known)})")
     common = {"backend": args.backend, "generation": args.generation, "dtype": args.dtype, "seed": args.seed,
               "warmup": args.warmup, "repetitions": args.repetitions, "target_window_s": args.window_ms / 1000,
               "threads": args.threads, "slowdown": args.slowdown}
