@@ -3,6 +3,11 @@
 Each test drives a real run in its own orchestrator process, with a real (if tiny) installed
 distribution that registers a ``torch.backends`` entry point, as out-of-tree device backends do:
 torch's autoload must run in every worker and never in the zygote they are forked from.
+
+The runs use one worker: with two, a worker that starts slowly (a loaded machine) may find the
+other one has done every task, so it runs no unit and leaves no record, and the assertions would
+measure start-up speed. With one, the worker that crashes must be replaced and its replacement
+must run the rest: the same processes, whatever the load.
 """
 
 from __future__ import annotations
@@ -33,7 +38,9 @@ if __name__ == "__main__":
     if "boom" in sys.argv[3:]:  # the zygote's imports fail: it dies before it forks anything
         zygote.WARM["test"] = "boom_warm"
     tasks = make_tasks(8, units=2, sleep=0.3, pid_dir=sys.argv[2], faults={"t1": {"u0": "segv"}})
-    s = run(tasks, backend="cpu", out_dir=sys.argv[1], workers=2, handlers=HANDLERS, progress=False)
+    # one worker at a time: every worker that starts runs a unit (the crash leaves work only it can
+    # do), so which processes ran and where they came from never depends on how fast each started
+    s = run(tasks, backend="cpu", out_dir=sys.argv[1], workers=1, handlers=HANDLERS, progress=False)
     print(json.dumps({"probed": s.probed, "restarts": s.restarts, "pid": os.getpid(),
                       "server": forkserver._forkserver._forkserver_pid}))
 """
@@ -74,7 +81,7 @@ def test_replacements_fork_from_one_zygote_and_each_worker_runs_the_backend_auto
     assert summary["probed"] == 8 and summary["restarts"] >= 1
     first = {pid for pid, parent in workers.items() if parent == summary["pid"]}
     replacements = {pid: parent for pid, parent in workers.items() if pid not in first}
-    assert len(first) == 2 and replacements  # the first two are spawned by the orchestrator ...
+    assert len(first) == 1 and replacements  # the first is spawned by the orchestrator ...
     (zygote,) = set(replacements.values())  # ... replacements fork from one other process
     assert sorted(loaded) == sorted(workers)  # torch's backend autoload ran once in each worker ...
     assert zygote not in loaded  # ... and never in the zygote
@@ -83,22 +90,22 @@ def test_replacements_fork_from_one_zygote_and_each_worker_runs_the_backend_auto
 
 def test_workers_are_spawned_when_asked(tmp_path: Path) -> None:
     summary, workers, loaded = _run(tmp_path, OPMATRIX_WORKER_START="spawn")
-    assert summary["probed"] == 8 and summary["restarts"] >= 1 and len(workers) >= 3
+    assert summary["probed"] == 8 and summary["restarts"] >= 1 and len(workers) >= 2
     assert set(workers.values()) == {summary["pid"]}
     assert sorted(loaded) == sorted(workers)
 
 
 def test_replacements_are_spawned_when_the_zygote_dies_importing(tmp_path: Path) -> None:
     summary, workers, loaded = _run(tmp_path, "boom")
-    assert summary["probed"] == 8 and summary["restarts"] >= 1 and len(workers) >= 3
+    assert summary["probed"] == 8 and summary["restarts"] >= 1 and len(workers) >= 2
     assert set(workers.values()) == {summary["pid"]}  # every worker spawned, the replacements too
     assert sorted(loaded) == sorted(workers) and summary["server"] is None
 
 
 def test_a_zygote_started_early_serves_the_first_workers_too(tmp_path: Path) -> None:
     summary, workers, loaded = _run(tmp_path, "early")
-    assert summary["probed"] == 8 and len(workers) >= 3
-    (zygote,) = set(workers.values())  # every worker, the first two included, forked from it
+    assert summary["probed"] == 8 and summary["restarts"] >= 1 and len(workers) >= 2
+    (zygote,) = set(workers.values())  # every worker, the first included, forked from it
     assert zygote != summary["pid"] and zygote not in loaded and sorted(loaded) == sorted(workers)
     assert summary["server"] is None
 
