@@ -164,6 +164,22 @@ def checked_adapter(backend: str, generation: str | None) -> Adapter:
     return adapter
 
 
+def check_compile_backend(name: str) -> None:
+    """``--compile-backend`` names a ``torch.compile`` backend (built in, registered by an imported
+    module, or a ``torch_dynamo_backends`` entry point); imports ``torch._dynamo``, so only when given."""
+    from torch._dynamo.backends.registry import lookup_backend
+
+    try:
+        lookup_backend(name)
+    except Exception:  # noqa: BLE001 - InvalidBackend, or a registered backend whose module fails to import
+        from torch._dynamo import list_backends
+
+        known = [b for b in list_backends(exclude_tags=()) if "TESTING" not in b and "minifier" not in b]
+        raise _usage(f"--compile-backend: {name!r} is not a torch.compile backend (registered: "
+                     f"{', '.join(known)}); a backend of your own must be registered when its module "
+                     "is imported (torch._dynamo.register_backend) or as a torch_dynamo_backends entry point") from None
+
+
 def _shard(text: str | None) -> tuple[int, int] | None:
     if not text:
         return None
@@ -208,6 +224,8 @@ def plan_probe(opts: ProbeOptions) -> ProbePlan:
     shard = _shard(opts.shard)
     suites = opts.chosen_suites()
     adapter = checked_adapter(opts.backend, opts.generation)
+    if opts.compile_backend:
+        check_compile_backend(opts.compile_backend)
     out = default_out(opts)
     command = opts.command_line()
     started = _now()

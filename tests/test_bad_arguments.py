@@ -63,6 +63,8 @@ CASES = [
     (["probe", "--backend", "cpu", "--shard", "3/2"], "--shard '3/2': expected I/N"),
     (["probe", "--backend", "cpu", "--devices", "a"], "--devices: expected device indices"),
     (["probe", "--backend", "cpu", "--ops", "nosuchop_zz"], "--ops: 'nosuchop_zz' matches no OpInfo"),
+    (["probe", "--backend", "cpu", "--ops", "add", "--compile-backend", "inductr"],
+     "--compile-backend: 'inductr' is not a torch.compile backend (registered: aot_eager"),
     # bench: every argument before the first measuring process
     (["bench", "--backend", "refaccel", "--generation", "g2", "--ops", "add", "--repetitions", "0"],
      "--repetitions: must be at least 1, got 0"),
