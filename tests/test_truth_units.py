@@ -147,7 +147,7 @@ def test_skip_rest_keeps_units_before_the_last_fault() -> None:
 def test_the_host_computes_a_unit_only_when_the_cpu_takes_its_layout() -> None:
     """Fallback then a rejection-looking error is fallback/error only when the CPU computes this
     very unit; a shared reference from another layout is not enough when the CPU refuses this one."""
-    from opmatrix.probes.ops.engine import _host_computes
+    from opmatrix.probes.ops.eager import _host_computes
 
     def refuses() -> None:
         raise RuntimeError("unsupported operation: more than one element of the written-to tensor ...")

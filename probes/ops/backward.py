@@ -28,7 +28,11 @@ from .units import Unit, device_values, unit_id, values_key
 from .values import call, identity, map_tensors, readable, tensors_in, to_cpu
 
 if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
     from torch.testing._internal.opinfo.core import SampleInput
+
+    from opmatrix.backend.base import FallbackSeen
 
     from .state import ProbeOptions
 
@@ -90,7 +94,7 @@ def _tensor_list(sample: SampleInput) -> list[torch.Tensor]:
 
 
 def _grad_inputs(values: Values, dtype: torch.dtype, mask: tuple[bool, ...] | None
-                 ) -> tuple[Any, list[torch.Tensor]]:
+                 ) -> tuple[Values, list[torch.Tensor]]:
     leaves: list[torch.Tensor] = []
     position = [0]
 
@@ -110,7 +114,7 @@ class NoGradient(Exception):
     """Why a sample has no backward to compare (said on its cell when OpInfo claims one)."""
 
 
-def backward(fn: Callable[..., object], values: Values, dtype: torch.dtype, recorder: Any = None,
+def backward(fn: Callable[..., object], values: Values, dtype: torch.dtype, recorder: AbstractContextManager[object] | None = None,
              post: Callable[..., object] = identity, mask: tuple[bool, ...] | None = None) -> list[object] | None:
     """Gradients of ``post(fn(values))`` with respect to the tensors ``mask`` marks (OpInfo's
     ``requires_grad=True`` generation), as gradcheck takes them; ``recorder`` (a context, if
@@ -131,7 +135,7 @@ def backward(fn: Callable[..., object], values: Values, dtype: torch.dtype, reco
     return [to_cpu(r) for r in res]
 
 
-def backward_path(st: EngineState, observed: Observed, seen: Any) -> ExecPath:
+def backward_path(st: EngineState, observed: Observed, seen: FallbackSeen) -> ExecPath:
     """Path of a backward pass from what the profiler saw it run (observed, not inferred).
 
     Host copies inside it, or the adapter's counter, are fallback. Event names carry no overload:

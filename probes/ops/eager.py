@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import Any
 
 import torch
 
@@ -24,6 +23,7 @@ from .cells import SampleResult
 from .classify import DeviceCall, apply_evidence, classify, run_device
 from .faults import failed_call, fault_from_exception
 from .judging import Reference, check_values, judge, post
+from .layouts import Values
 from .numerics import compare, tolerance_for, values_comparable
 from .source import OpEntry
 from .state import EngineState, ProbeOptions
@@ -44,7 +44,7 @@ def _failed(st: EngineState, unit: Unit, uid: str, dc: DeviceCall, result: Sampl
     result.note = "; ".join(filter(None, [result.note, note]))
 
 
-def _staged(st: EngineState, unit: Unit) -> tuple[Any, BaseException | None]:
+def _staged(st: EngineState, unit: Unit) -> tuple[Values | None, BaseException | None]:
     """The unit's values on the device, or what the device raised while staging them."""
     try:
         return device_values(unit, st.adapter.device()), None
@@ -159,8 +159,8 @@ def probe_eager(st: EngineState, entry: OpEntry, unit: Unit, dtype: torch.dtype,
     known = st.host_paths.get(key) if record else None
     record = record and known is None
     values, staging = _staged(st, unit)
-    if staging is not None:
-        _staging_failed(st, unit, uid, staging, result, dname)
+    if staging is not None or values is None:
+        _staging_failed(st, unit, uid, staging or RuntimeError("staging gave no values"), result, dname)
         return result
     plain = run_device(st, fn, values, False, profile=False)
     st.counter = st.counter or plain.seen.state is not FallbackState.unknown

@@ -19,24 +19,29 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from opmatrix.probes.ops import task_id
+from opmatrix.probes.runner import Skip, WorkerPoisoned
 from opmatrix.schema import Autograd, ErrorInfo, ExecPath, Layout, Mode, Outcome, TaskRecord
 
 from .backward import NoGradient, claims_backward, differentiable, grad_masks, probe_backward
 from .cells import SampleResult, cells_from_samples
 from .checkpoint import UnitDone, dump_batch, load_batch
 from .compiled import probe_compile
-from .eager import _host_computes, probe_eager, refusal_text  # noqa: F401 - _host_computes: tests
+from .eager import probe_eager, refusal_text
 from .faults import SkipPlan, fault_result
 from .judging import Reference, reference
 from .source import OpEntry, generate_samples, values_undefined
 from .state import EngineState, InlineContext, ProbeOptions, engine_state
 from .units import Unit, dtype_of, holds_dtype, unit_id, units, values_key
 from .values import where
+
+if TYPE_CHECKING:
+    from opmatrix.backend.base import Adapter
+    from opmatrix.probes.runner import Task, WorkerContext
 
 __all__ = ["ProbeOptions", "handle", "probe_task", "task_id"]
 
@@ -45,7 +50,7 @@ class _TaskRun:
     """The units of one task, in order, with what the runner said about earlier attempts."""
 
     def __init__(self, st: EngineState, entry: OpEntry, dtype_name: str, opts: ProbeOptions, plan: SkipPlan,
-                 progress: Callable[[str], None] | None, ctx: Any = None):
+                 progress: Callable[[str], None] | None, ctx: WorkerContext | InlineContext | None = None):
         self.st, self.entry, self.dtype_name, self.opts, self.plan = st, entry, dtype_name, opts, plan
         #: what the runner kept of earlier attempts (:mod:`opmatrix.probes.runner.carry`): units they
         #: finished (restored, not run again), units retried in a fresh worker, where to checkpoint
@@ -61,8 +66,8 @@ class _TaskRun:
         self.claims_backward = claims_backward(entry, self.dtype)
         self.progress = progress or (lambda unit: None)
         self.results: list[SampleResult] = []
-        self.autograd_budget: dict[Any, int] = {}
-        self.compile_done: dict[Any, bool] = {}
+        self.autograd_budget: dict[tuple[str, int, Layout], int] = {}
+        self.compile_done: dict[tuple[str, int], bool] = {}
         self.representative_done = False
         self.invalid = 0
         self.samples = 0  # how many samples OpInfo yielded
@@ -74,7 +79,7 @@ class _TaskRun:
     def _admit(self, unit: Unit, uid: str, mode: Mode) -> bool:
         """Whether ``uid`` runs now; one that an earlier fault rules out is recorded (or listed as not run)."""
         decision = self.plan.decide(unit, uid)
-        if decision not in ("run", "not_run"):
+        if isinstance(decision, Skip):
             self.results.append(fault_result(self.st, unit, mode, decision))
         return decision == "run"
 
@@ -180,7 +185,7 @@ class _TaskRun:
         decision = self.plan.decide(unit, bid)
         if decision == "not_run":
             return
-        if decision != "run":
+        if isinstance(decision, Skip):
             eager.autograd = Autograd(path=ExecPath.unknown, outcome=Outcome(decision.outcome))
             said = f"backward {decision.outcome} in unit {bid}: {decision.headline}"
             eager.note = "; ".join(filter(None, [eager.note, said]))
@@ -199,7 +204,7 @@ class _TaskRun:
         except (KeyboardInterrupt, SystemExit):
             raise
         except Exception as exc:  # noqa: BLE001 - an engine failure on one unit is that cell's error
-            if type(exc).__name__ in ("WorkerPoisoned", "Poisoned"):
+            if isinstance(exc, WorkerPoisoned):
                 raise
             return SampleResult(op=unit.overload, rank=unit.rank, layout=unit.layout, mode=Mode.eager,
                                 path=ExecPath.unknown, outcome=Outcome.error, features=unit.features, dtype=unit.dtype,
@@ -246,7 +251,7 @@ class _TaskRun:
 CHECKPOINT_S, CHECKPOINT_UNITS = 0.25, 8
 
 
-def _budget_keys(unit: Unit) -> tuple[tuple[str, int, Any], tuple[str, int]]:
+def _budget_keys(unit: Unit) -> tuple[tuple[str, int, Layout], tuple[str, int]]:
     """What a unit counts against: its cell's backward budget and its (overload, rank)'s compile check."""
     return (unit.overload, unit.rank, unit.layout), (unit.overload, unit.rank)
 
@@ -269,9 +274,9 @@ def release_failed_calls(full: bool = False) -> None:
     gc.collect(2 if full else 1)
 
 
-def probe_task(adapter_or_ctx: Any, source: str, dtype_name: str, *, options: Mapping[str, Any] | None = None,
-               progress: Callable[[str], None] | None = None, skip: Mapping[str, Any] | None = None,
-               skip_rest: Any = None) -> TaskRecord:
+def probe_task(adapter_or_ctx: Adapter | WorkerContext | InlineContext, source: str, dtype_name: str, *, options: Mapping[str, Any] | None = None,
+               progress: Callable[[str], None] | None = None, skip: Mapping[str, Skip] | None = None,
+               skip_rest: Skip | None = None) -> TaskRecord:
     """Probe OpInfo ``source`` at ``dtype_name`` on the adapter's device."""
     ctx = adapter_or_ctx if hasattr(adapter_or_ctx, "cache") else InlineContext(adapter_or_ctx)
     st = engine_state(ctx)
@@ -307,7 +312,8 @@ def probe_task(adapter_or_ctx: Any, source: str, dtype_name: str, *, options: Ma
     return run.record(tid, source, started)
 
 
-def handle(ctx: Any, task: Any, progress: Callable[[str], None], skip: Mapping[str, Any], skip_rest: Any) -> TaskRecord:
+def handle(ctx: WorkerContext, task: Task, progress: Callable[[str], None], skip: Mapping[str, Skip],
+           skip_rest: Skip | None) -> TaskRecord:
     """Runner entry point for tasks of kind ``op``: payload ``{"source", "dtype", "options"}``."""
     p = task.payload
     return probe_task(ctx, p["source"], p["dtype"], options=p.get("options") or getattr(ctx, "options", None),

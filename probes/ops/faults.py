@@ -19,44 +19,31 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Literal, TypeAlias, Union
 
-from opmatrix.schema import ErrorInfo, ExecPath, Outcome, UnitId
+from opmatrix.probes.runner import Skip, WorkerPoisoned
+from opmatrix.schema import ErrorInfo, ExecPath, Mode, Outcome, UnitId
 
 from .cells import SampleResult
 from .classify import fault_path
 from .state import EngineState
 from .units import Unit
 
-__all__ = ["Poisoned", "SkipPlan", "failed_call", "fault_from_exception", "fault_result", "poisoned_error"]
+__all__ = ["Decision", "SkipPlan", "failed_call", "fault_from_exception", "fault_result"]
 
-
-class Poisoned(Exception):
-    """Raised when the device fails its health check after a fault (replace the worker)."""
-
-    def __init__(self, unit: str, message: str):
-        super().__init__(message)
-        self.unit, self.message = unit, message
-
-
-def poisoned_error(unit: str, message: str) -> Exception:
-    """The runner's :class:`WorkerPoisoned` (or the engine's own signal without a runner)."""
-    try:
-        from opmatrix.probes.runner.task import WorkerPoisoned
-    except ImportError:  # runner not available: the engine's own signal
-        return Poisoned(unit, message)
-    return WorkerPoisoned(unit, message)  # type: ignore[no-any-return]
+#: what :meth:`SkipPlan.decide` says of a unit: run it, list it as not run, or record the fault it had
+Decision: TypeAlias = Union[Literal["run", "not_run"], Skip]  # noqa: UP007 - a Literal in the union
 
 
 def fault_from_exception(st: EngineState, unit_id: str, exc: BaseException) -> Outcome | None:
     """None for a clean rejection: a message that names what is unsupported, after which the
     device's health check still passes; otherwise ``oom`` or ``error``, or raise
-    :func:`poisoned_error` when the device check that passed before fails now (positive evidence
+    :class:`WorkerPoisoned` when the device check that passed before fails now (positive evidence
     only). A refusal that leaves the device unusable is no clean rejection."""
     verdict = st.adapter.classify_exception(exc)
     problem = None if st.adapter.is_host else st.adapter.poisoned_after_fault()
     if problem is not None:
-        raise poisoned_error(unit_id, f"device unusable after {type(exc).__name__}: {problem}")
+        raise WorkerPoisoned(unit_id, f"device unusable after {type(exc).__name__}: {problem}")
     if verdict.outcome == "rejected":
         return None
     return Outcome.oom if verdict.outcome == "oom" else Outcome.error
@@ -82,7 +69,7 @@ def failed_call(st: EngineState, overload: str, unit_id: str, exc: BaseException
     return fault_path(st, overload), fault, None
 
 
-def fault_result(st: EngineState, unit: Unit, mode: Any, fault: Any) -> SampleResult:
+def fault_result(st: EngineState, unit: Unit, mode: Mode, fault: Skip) -> SampleResult:
     """The cell of a unit the runner saw fault (crashed, hung, poisoned, oom)."""
     return SampleResult(op=unit.overload, rank=unit.rank, layout=unit.layout, mode=mode, dtype=unit.dtype,
                         path=fault_path(st, unit.overload), outcome=Outcome(fault.outcome), features=unit.features,
@@ -98,14 +85,14 @@ def _step_of(uid: str) -> str:
 class SkipPlan:
     """Which units of a task run, fault, or are not run, from the runner's ``skip``/``skip_rest``."""
 
-    def __init__(self, skip: Mapping[str, Any] | None, skip_rest: Any):
+    def __init__(self, skip: Mapping[str, Skip] | None, skip_rest: Skip | None):
         self.skip = dict(skip or {})
         self.rest = skip_rest
         self.pending = set(self.skip)  # faulted units not yet passed in this attempt
         self.faulted: dict[tuple[str, str], str] = {}  # (sample index, mode) -> the unit that faulted
         self.not_run: dict[str, str] = {}
 
-    def decide(self, unit: Unit, uid: str) -> Any:
+    def decide(self, unit: Unit, uid: str) -> Decision:
         """``"run"``, ``"not_run"`` (recorded here) or the unit's fault (a :class:`Skip`)."""
         self.pending.discard(uid)
         fault = self.skip.get(uid)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -27,7 +27,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from .layouts import Values, map_values
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Hashable
+
+    from torch._ops import OpOverload
 
 __all__ = [
     "LeafRecorder",
@@ -86,7 +88,7 @@ SCALAR_READS = frozenset({"aten._local_scalar_dense.default", "aten.item.default
 _COMPOSITE_KEYS = ("CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
 
 
-def overload_name(op: Any) -> str:
+def overload_name(op: OpOverload) -> str:
     """``aten.softmax.int`` for an OpOverload (its packet name plus overload, default included)."""
     schema = op._schema
     ns, _, name = schema.name.partition("::")
@@ -184,12 +186,13 @@ class LeafRecorder(TorchDispatchMode):
         super().__init__()
         self.ops: list[str] = []
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+    def __torch_dispatch__(self, func: OpOverload, types: tuple[type, ...], args: tuple[object, ...] = (),
+                          kwargs: dict[str, object] | None = None) -> object:
         self.ops.append(overload_name(func))
         return func(*args, **(kwargs or {}))
 
 
-def _kind(value: object) -> Any:
+def _kind(value: object) -> Hashable:
     if isinstance(value, torch.Tensor):
         # rank and dtype select overloads too (interpolate: rank 4 -> upsample_*2d, rank 3 -> *1d)
         return ("T", value.dim(), str(value.dtype).removeprefix("torch."))
@@ -210,7 +213,7 @@ def _kind(value: object) -> Any:
     return ("O", type(value).__name__)
 
 
-def signature_of(values: Values) -> Any:
+def signature_of(values: Values) -> Hashable:
     """A hashable signature of argument kinds, tensor ranks and dtypes: samples with equal
     signatures call one overload."""
     inp, args, kwargs = values
@@ -239,7 +242,8 @@ def _pre_dispatch_recorder_class() -> type:
             TorchDispatchMode.__init__(self, torch._C.DispatchKey.PreDispatch)
             self.calls: list[str] = []
 
-        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        def __torch_dispatch__(self, func: OpOverload, types: tuple[type, ...], args: tuple[object, ...] = (),
+                          kwargs: dict[str, object] | None = None) -> object:
             self.calls.append(overload_name(func))
             return func(*args, **(kwargs or {}))  # the mode is off inside: nested calls are not top level
 
@@ -276,7 +280,7 @@ def _make_fx_overloads(fn: Callable[..., object], values: Values) -> list[str]:
     inp, args, kwargs = values
     tensors: list[torch.Tensor] = []
 
-    def collect(v: object) -> Any:
+    def collect(v: object) -> object:
         if isinstance(v, torch.Tensor):
             tensors.append(v)
             return ("__t__", len(tensors) - 1)
@@ -290,7 +294,7 @@ def _make_fx_overloads(fn: Callable[..., object], values: Values) -> list[str]:
 
     skeleton = collect((inp, args, kwargs))
 
-    def rebuild(v: object, ts: Any) -> Any:
+    def rebuild(v: object, ts: tuple[torch.Tensor, ...]) -> object:
         if isinstance(v, tuple) and len(v) == 2 and v[0] == "__t__":
             return ts[v[1]]
         if isinstance(v, tuple):
@@ -301,8 +305,8 @@ def _make_fx_overloads(fn: Callable[..., object], values: Values) -> list[str]:
             return {k: rebuild(x, ts) for k, x in v.items()}
         return v
 
-    def traced(*ts: torch.Tensor) -> Any:
-        i, a, k = rebuild(skeleton, ts)
+    def traced(*ts: torch.Tensor) -> object:
+        i, a, k = cast("Values", rebuild(skeleton, ts))  # the skeleton of (inp, args, kwargs)
         return fn(i, *a, **k)
 
     gm = make_fx(traced, pre_dispatch=True)(*[t.clone() for t in tensors])

@@ -19,9 +19,12 @@ import contextlib
 import functools
 import json
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from opmatrix.schema.files import write_text_atomic
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = ["aten_base", "candidate_names", "opinfo_names"]
 
@@ -71,7 +74,7 @@ def _build() -> dict[str, list[str]]:
     return table
 
 
-def _cache_path() -> Any:
+def _cache_path() -> Path | None:
     from .source import _index_path
 
     names = _index_path()

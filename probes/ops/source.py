@@ -275,7 +275,7 @@ def generate_samples(entry: OpEntry, dtype: torch.dtype, *, seed: int = 0, limit
     # seed once per (op, dtype): OpInfo's default re-seeds before every sample (126 us each)
     torch.manual_seed(seed)
     random.seed(seed)
-    samples: list[Any] = []
+    samples: list[SampleInput] = []
     try:
         for i, s in enumerate(_sample_iter(entry.info, dtype, requires_grad)):
             if limit is not None and i >= limit:

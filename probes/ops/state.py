@@ -8,13 +8,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import torch
 
 from opmatrix.backend import Adapter
 from opmatrix.schema import Layout
 
 from . import observe
 from .source import OpEntry, all_ops
+
+if TYPE_CHECKING:
+
+    from opmatrix.probes.runner import WorkerContext
+    from opmatrix.schema import ExecPath
 
 __all__ = ["EngineState", "InlineContext", "ProbeOptions", "engine_state"]
 
@@ -46,6 +53,10 @@ class ProbeOptions:
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
 
+#: one cell's calls as the engine counts them: (overload, dtype, rank, layout, sorted argument features)
+CallKey = tuple[str, torch.dtype, int, Layout, tuple[tuple[str, str], ...]]
+
+
 @dataclass
 class EngineState:
     """Per-worker state: the adapter, the OpInfo table, the overload cache, registrations."""
@@ -57,14 +68,14 @@ class EngineState:
     #: whether the adapter has a fallback counter of its own (learned from its first call)
     counter: bool = False
     #: profiled calls per cell key (see :func:`wants_trace`)
-    traced: dict[Any, int] = field(default_factory=dict)
+    traced: dict[CallKey, int] = field(default_factory=dict)
 
     #: on the host adapter, a composite cell key's path once its leaf ops were recorded twice
-    host_paths: dict[Any, tuple[Any, list[str], str | None]] = field(default_factory=dict)
+    host_paths: dict[CallKey, tuple[ExecPath, list[str], str | None]] = field(default_factory=dict)
     #: recorded composite calls per cell key on the host adapter
-    host_recorded: dict[Any, int] = field(default_factory=dict)
+    host_recorded: dict[CallKey, int] = field(default_factory=dict)
 
-    def learn_host_path(self, key: Any, path: Any, components: list[str], note: str | None,
+    def learn_host_path(self, key: CallKey, path: ExecPath, components: list[str], note: str | None,
                         per_cell: int = 2) -> None:
         """On the host adapter, keep a composite cell key's classification after ``per_cell``
         recorded calls: there is no fallback to find on the host, so its path is the dispatcher's
@@ -77,7 +88,7 @@ class EngineState:
         if done >= per_cell:
             self.host_paths[key] = (path, list(components), note)
 
-    def wants_trace(self, key: Any, per_cell: int = 2) -> bool:
+    def wants_trace(self, key: CallKey, per_cell: int = 2) -> bool:
         """Whether to profile this call: always without an adapter counter; with one, the first
         ``per_cell`` calls of each cell key (the counter then covers the rest, cross-checked)."""
         if self.adapter.is_host:  # the host itself: there is no host<->device copy to see
@@ -89,7 +100,7 @@ class EngineState:
         return done < per_cell
 
 
-def engine_state(ctx: Any) -> EngineState:
+def engine_state(ctx: WorkerContext | InlineContext) -> EngineState:
     """The worker's engine state, built on first use (also measures the health baseline)."""
     cache = ctx.cache
     st = cache.get("op_engine")

@@ -27,6 +27,8 @@ from .state import EngineState, ProbeOptions
 from .values import call, identity, map_tensors, tensors_in
 
 if TYPE_CHECKING:
+    from collections.abc import Hashable
+
     from torch.testing._internal.opinfo.core import SampleInput
 
 __all__ = ["Unit", "device_values", "dtype_of", "holds_dtype", "overload_of", "unit_id", "units", "values_key"]
@@ -95,7 +97,7 @@ def values_key(unit: Unit) -> tuple[str, bool]:
     return unit.index, unit.layout is Layout.expanded
 
 
-def device_values(unit: Unit, device: torch.device | str) -> Any:
+def device_values(unit: Unit, device: torch.device | str) -> Values:
     """The unit's values with every tensor on ``device`` in the unit's layout; a factory
     sample's with ``device=`` the device (the CPU one's says ``device="cpu"`` or nothing)."""
     values = map_tensors(unit.variants, lambda v: to_device(v, device))
@@ -182,7 +184,7 @@ def units(st: EngineState, entry: OpEntry, samples: list[SampleInput], opts: Pro
     """Every unit of the samples: argument variants x layouts; a factory sample (no tensor
     input) is one contiguous unit. ``masks``: per sample, which tensors OpInfo's gradient
     generation marks (see :func:`grad_masks`)."""
-    seen_dims: set[Any] = set()
+    seen_dims: set[tuple[Hashable, tuple[int, ...], str]] = set()
     for i, s in enumerate(samples):
         first = (s.input, tuple(s.args), dict(s.kwargs))
         mask = masks[i] if masks is not None and i < len(masks) else None
