@@ -19,18 +19,15 @@ hardware) are not compared: that is a failure that names the difference.
 from __future__ import annotations
 
 import fnmatch
-import random
-import statistics
-from collections.abc import Sequence
 from pathlib import Path
 
+from opmatrix.matrix.perfstats import comparison_groups, incomparable, ratio_ci
 from opmatrix.schema import ArtifactError, FallbackPolicy, FallbackState, load_model
 from opmatrix.schema.gate import CellRef, CellStatus, RequirementResult, Status
 from opmatrix.schema.perf import PerfRecord, PerfRequirement
 
 __all__ = ["compare_records", "evaluate_perf", "load_records", "ratio_ci"]
 
-RESAMPLES = 2000
 
 
 def load_records(directory: str | Path) -> dict[str, PerfRecord]:
@@ -47,64 +44,12 @@ def load_records(directory: str | Path) -> dict[str, PerfRecord]:
     return records
 
 
-def _resample(rng: random.Random, groups: Sequence[Sequence[float]]) -> list[float]:
-    picked = rng.choices(groups, k=len(groups))
-    return [x for g in picked for x in rng.choices(g, k=len(g))]
-
-
-def _median_ratio(now: Sequence[Sequence[float]], before: Sequence[Sequence[float]]) -> float:
-    return statistics.median([x for g in now for x in g]) / max(statistics.median([x for g in before for x in g]), 1e-12)
-
-
-def ratio_ci(
-    now: Sequence[Sequence[float]], before: Sequence[Sequence[float]], confidence: float, seed: int = 0
-) -> tuple[float, float, float]:
-    """``median(now) / median(before)`` and its two-level bootstrap interval (runs, then samples)."""
-    rng = random.Random(seed)
-    ratios = sorted(
-        statistics.median(_resample(rng, now)) / max(statistics.median(_resample(rng, before)), 1e-12)
-        for _ in range(RESAMPLES)
-    )
-    point = _median_ratio(now, before)
-    lo = ratios[int((1 - confidence) / 2 * (RESAMPLES - 1))]
-    hi = ratios[int((1 + confidence) / 2 * (RESAMPLES - 1))]
-    return point, min(lo, point), max(hi, point)
-
-
-def _incomparable(now: PerfRecord, before: PerfRecord) -> str | None:
-    pairs = {
-        "clock": (now.timing.clock, before.timing.clock),
-        "threads": (now.threads, before.threads),
-        "precision": (now.precision, before.precision),
-        "batch": (now.batch, before.batch),
-        "device": (now.hardware.device_name, before.hardware.device_name),
-        "inputs": (now.input.shapes, before.input.shapes),
-    }
-    diff = [f"{k} {b} -> {a}" for k, (a, b) in pairs.items() if a != b]
-    return ", ".join(diff) if diff else None
-
-
-def _groups(now: PerfRecord, before: PerfRecord) -> tuple[list[list[float]], list[list[float]], str]:
-    """The samples to compare and how: machine-normalised when both records timed the same calibration loop."""
-    a, b = now.timing.calibration, before.timing.calibration
-    raw_now, raw_before = now.timing.run_groups(), before.timing.run_groups()
-    if a is not None and b is not None and (a.loop, a.python) == (b.loop, b.python):
-        raw = _median_ratio(raw_now, raw_before)
-        return (now.timing.normalised_groups(), before.timing.normalised_groups(),
-                f" (normalised by the calibration loop timed beside every window; raw {raw:.3f}x)")
-    if a is None and b is None:
-        return raw_now, raw_before, ""
-    which = "the baseline has" if b is None else "this record has" if a is None else "the two records timed"
-    detail = "no calibration loop" if a is None or b is None else "different calibration loops or interpreters"
-    return raw_now, raw_before, f" (raw times: {which} {detail}, so the machine's speed is not divided out)"
-
-
 def compare_records(now: PerfRecord, before: PerfRecord, req: PerfRequirement) -> tuple[bool, str]:
     """(regressed, reason): the interval of the slowdown, judged against the threshold."""
-    why = _incomparable(now, before)
+    why = incomparable(now, before)
     if why:
         return True, f"not comparable with the baseline ({why}): re-measure the baseline under the same conditions"
-    groups_now, groups_before, how = _groups(now, before)
+    groups_now, groups_before, how = comparison_groups(now, before)
     point, lo, hi = ratio_ci(groups_now, groups_before, req.confidence)
     limit = 1 + req.max_slowdown
     interval = f"{point:.3f}x the baseline's median, {req.confidence:.0%} CI [{lo:.3f}, {hi:.3f}]{how}"

@@ -11,6 +11,7 @@ from opmatrix.schema.perf import CompatReport
 from .compat import CompatView, compat_view
 from .gate import load_gate
 from .options import ReportOptions
+from .perf import load_record_dir, perf_view
 from .site import render_site
 
 __all__ = ["report"]
@@ -31,11 +32,16 @@ def report(args: ReportOptions) -> int:
     baseline = load_matrix(args.baseline) if args.baseline else None
     gate = load_gate(args.gate, matrix) if args.gate else None
     compat = _compat(args.compat, matrix) if args.compat else None
+    if args.baseline_records and not args.records:
+        raise ArtifactError(["--baseline-records needs --records (the records to compare with it)"])
+    perf = (perf_view(load_record_dir(args.records),
+                      load_record_dir(args.baseline_records) if args.baseline_records else None)
+            if args.records else None)
     command = args.command_line()  # written into every page: the line that regenerates the site
     with claim_dir(args.out, kind="site", command=command, force=args.force) as claim:
         for note in claim.notes:
             print(note, file=sys.stderr)
-        result = render_site(matrix, args.out, baseline=baseline, gate=gate, compat=compat, command=command,
+        result = render_site(matrix, args.out, baseline=baseline, gate=gate, compat=compat, perf=perf, command=command,
                              source=args.matrix)
     print(f"matrix: {count_matrix(matrix).line()}", file=sys.stderr)
     print(

@@ -32,6 +32,7 @@ from .diff import DiffView, diff_view
 from .files import SiteFiles
 from .gate import GateView
 from .names import page_names
+from .perf import PerfView
 from .summary import (
     PATH_MEANING,
     PATH_SYMBOL,
@@ -103,6 +104,7 @@ def render_site(
     baseline: Matrix | None = None,
     gate: GateView | None = None,
     compat: CompatView | None = None,
+    perf: PerfView | None = None,
     command: str = "",
     source: str = "",
 ) -> SiteResult:
@@ -129,6 +131,7 @@ def render_site(
         "has_diff": diff is not None,
         "has_workloads": bool(matrix.workloads),
         "has_compat": compat is not None,
+        "has_perf": perf is not None,
     }
 
     for name in sorted(os.listdir(STATIC)):
@@ -168,6 +171,8 @@ def render_site(
 
     if matrix.workloads:
         files.add("workloads.html", env.get_template("workloads.html").render(**common, root="", page="workloads"))
+    if perf is not None:
+        files.add("perf.html", env.get_template("perf.html").render(**common, root="", page="perf", perf=perf))
     if compat is not None:
         files.add("compat.html", env.get_template("compat.html").render(**common, root="", page="compat", compat=compat))
     if diff is not None and baseline is not None:

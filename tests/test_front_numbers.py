@@ -109,3 +109,47 @@ def test_repeated_workload_reasons_are_said_once():
     assert lines[0].startswith("tinygpt float32, float16 eager: inference, training fail: rejected: refaccel: aten::bmm")
     assert lines[0].endswith("\u2026") and len(lines[0]) < 330
     assert lines[1] == "tinygpt bfloat16 eager: not in the matrix (probe with --suites workloads)"
+
+
+def _perf_dirs(tmp_path):
+    from opmatrix.schema import dump_model
+
+    from .test_perf import _record, _samples
+
+    now, before = tmp_path / "now", tmp_path / "before"
+    now.mkdir()
+    before.mkdir()
+    dump_model(_record(_samples(1e-4, seed=1), rid="op.add.eager.float32"), before / "add.yaml")
+    dump_model(_record(_samples(1e-4, seed=2), rid="op.add.eager.float32"), now / "add.yaml")
+    dump_model(_record(_samples(1e-4, seed=3), rid="op.mm.eager.float32"), before / "mm.yaml")
+    dump_model(_record(_samples(1.3e-4, seed=4), rid="op.mm.eager.float32"), now / "mm.yaml")
+    dump_model(_record(_samples(2e-4, seed=5), rid="op.new.eager.float32"), now / "new.yaml")
+    return now, before
+
+
+def test_perf_page_draws_each_records_interval_against_its_baseline(tmp_path, example_matrix_path):
+    from opmatrix.ci.perf import compare_records
+    from opmatrix.reports.perf import load_record_dir, perf_view
+    from opmatrix.schema.perf import PerfRequirement
+
+    from .conftest import run_cli
+
+    now, before = _perf_dirs(tmp_path)
+    view = perf_view(load_record_dir(str(now)), load_record_dir(str(before)))
+    rows = {r.id: r for r in view.rows}
+    assert rows["op.mm.eager.float32"].low > 1.2 and rows["op.mm.eager.float32"].verdict.startswith("slower")
+    assert rows["op.add.eager.float32"].low < 1.0 < rows["op.add.eager.float32"].high
+    assert rows["op.new.eager.float32"].point is None and rows["op.new.eager.float32"].note.startswith("new")
+    # the same interval the gate judges
+    gate_says = compare_records(load_record_dir(str(now))["op.mm.eager.float32"],
+                                load_record_dir(str(before))["op.mm.eager.float32"], PerfRequirement())[1]
+    assert f"[{rows['op.mm.eager.float32'].low:.3f}, {rows['op.mm.eager.float32'].high:.3f}]" in gate_says
+    done = run_cli("report", str(example_matrix_path), "--records", str(now), "--baseline-records", str(before),
+                   "--out", str(tmp_path / "site"))
+    assert done.returncode == 0, done.stderr
+    html = (tmp_path / "site" / "perf.html").read_text()
+    assert html.count('class="interval') == 2 and 'class="interval slower"' in html and "<svg" in html
+    assert '<a href="perf.html">Performance</a>' in (tmp_path / "site" / "index.html").read_text()
+    bad = run_cli("report", str(example_matrix_path), "--baseline-records", str(before), "--out", str(tmp_path / "s2"))
+    assert bad.returncode == 2 and "--baseline-records needs --records" in bad.stderr
+    assert not (tmp_path / "s2").exists()

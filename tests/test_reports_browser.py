@@ -313,8 +313,14 @@ def _blocked_gate(matrix: Matrix) -> object:
 
 @pytest.fixture(scope="module")
 def judged_site(tmp_path_factory: pytest.TempPathFactory, matrix: Matrix) -> Path:
+    from opmatrix.reports.perf import load_record_dir, perf_view
+
+    from .test_front_numbers import _perf_dirs
+
     out = tmp_path_factory.mktemp("judged-site")
-    render_site(matrix, out, baseline=synthetic_matrix(n_ops=60, seed=8), gate=_blocked_gate(matrix),
+    now, before = _perf_dirs(tmp_path_factory.mktemp("records"))
+    perf = perf_view(load_record_dir(str(now)), load_record_dir(str(before)))
+    render_site(matrix, out, baseline=synthetic_matrix(n_ops=60, seed=8), gate=_blocked_gate(matrix), perf=perf,
                 command="opmatrix report m.yaml --out site")
     return out
 
@@ -363,7 +369,7 @@ def test_coverage_chart_draws_eager_and_compiled_side_by_side(page: Watched, jud
     page.clean()
 
 
-@pytest.mark.parametrize("name", ["index.html", "diff.html"])
+@pytest.mark.parametrize("name", ["index.html", "diff.html", "perf.html"])
 def test_no_horizontal_scroll_at_800_pixels(browser: object, judged_site: Path, name: str):
     """At 800 px the page never scrolls sideways, with every folded section open (wide tables scroll in their box)."""
     context = browser.new_context(viewport={"width": 800, "height": 900})
@@ -390,4 +396,21 @@ def test_op_filter_follows_the_hash(page: Watched, judged_site: Path, matrix: Ma
     page.page.go_back()
     page.page.wait_for_function("document.getElementById('f-op').value === 'softmax'")
     assert _visible_ops(page) == softmax
+    page.clean()
+
+
+def test_perf_chart_draws_an_interval_per_compared_record(page: Watched, judged_site: Path):
+    """Each record with a baseline has its interval drawn around its ratio, right of 1.0 when slower."""
+    page.page.goto((judged_site / "perf.html").as_uri())
+    drawn = page.page.eval_on_selector_all(
+        ".perf-chart g[data-point]", "gs => gs.map(g => [g.dataset.id, +g.dataset.low, +g.dataset.point, +g.dataset.high,"
+        " g.querySelector('line.interval').getBBox().width])")
+    assert {d[0] for d in drawn} == {"op.add.eager.float32", "op.mm.eager.float32"}
+    for _, low, point, high, width in drawn:
+        assert low <= point <= high and width > 0
+    one = page.page.eval_on_selector(".perf-chart line.tick.one", "l => +l.getAttribute('x1')")
+    mm = page.page.eval_on_selector('.perf-chart g[data-id="op.mm.eager.float32"] circle', "c => +c.getAttribute('cx')")
+    assert mm > one  # slower sits right of the baseline
+    assert "new: no baseline record" in page.page.inner_text('#perf-table tr[data-id="op.new.eager.float32"]')
+    _shot(page, "report-perf.png")
     page.clean()
