@@ -13,7 +13,14 @@ import enum
 _RANKS: dict[type, dict[object, int]] = {}
 
 
-class _Ordered(str, enum.Enum):
+class TextEnum(str, enum.Enum):
+    """A string enum that prints as its value (``str(Layout.contiguous) == "contiguous"``)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class _Ordered(TextEnum):
     """A string enum whose declaration order is its quality order (first = best)."""
 
     @property
@@ -45,9 +52,6 @@ class _Ordered(str, enum.Enum):
 
     def __hash__(self) -> int:
         return hash(self.value)
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class ExecPath(_Ordered):
@@ -85,7 +89,7 @@ class Outcome(_Ordered):
         return FaultOutcome._value2member_map_.get(self._value_)  # type: ignore[return-value]
 
 
-class FaultOutcome(str, enum.Enum):
+class FaultOutcome(TextEnum):
     """The outcomes where the probe itself broke (a subset of ``Outcome``, same values)."""
 
     error = "error"  # an unexpected exception that is not a clean rejection
@@ -93,9 +97,6 @@ class FaultOutcome(str, enum.Enum):
     hung = "hung"  # the deadline passed
     crashed = "crashed"  # the process died
     poisoned = "poisoned"  # the device was unusable afterwards
-
-    def __str__(self) -> str:
-        return self.value
 
     @property
     def ends_process(self) -> bool:
@@ -107,7 +108,7 @@ class FaultOutcome(str, enum.Enum):
 PROCESS_FAULTS = frozenset({FaultOutcome.crashed, FaultOutcome.hung, FaultOutcome.poisoned})
 
 
-class Layout(str, enum.Enum):
+class Layout(TextEnum):
     """Memory layout of a probe's tensor inputs, derived from a contiguous base sample.
 
     - ``contiguous``: row-major, dense, offset 0.
@@ -125,43 +126,31 @@ class Layout(str, enum.Enum):
     storage_offset = "storage_offset"
     expanded = "expanded"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class Mode(str, enum.Enum):
+class Mode(TextEnum):
     """How the op was invoked: eager dispatch, or through the backend's ``torch.compile``."""
 
     eager = "eager"
     compile = "compile"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class FallbackState(str, enum.Enum):
+class FallbackState(TextEnum):
     """Three-state fallback evidence: seen, checked and not seen, or no way to tell."""
 
     observed = "observed"
     not_observed = "not_observed"
     unknown = "unknown"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class ReferenceKind(str, enum.Enum):
+class ReferenceKind(TextEnum):
     """What the device result was compared against."""
 
     cpu_same_dtype = "cpu_same_dtype"  # CPU, same dtype
     cpu_upcast = "cpu_upcast"  # CPU in higher precision (low-precision floats)
     none = "none"  # nothing to compare (rejected, faulted, or no output)
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class CheckResult(str, enum.Enum):
+class CheckResult(TextEnum):
     """Result of one runtime check (levels 0 and 1)."""
 
     passed = "pass"
@@ -169,11 +158,8 @@ class CheckResult(str, enum.Enum):
     not_applicable = "not_applicable"
     unknown = "unknown"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class ApiService(str, enum.Enum):
+class ApiService(TextEnum):
     """Whether a device-generic PyTorch API reaches the backend."""
 
     generic = "generic"  # served through the generic API (torch.accelerator, torch.Stream ...)
@@ -181,28 +167,19 @@ class ApiService(str, enum.Enum):
     none = "none"  # not served at all
     unknown = "unknown"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class FallbackPolicy(str, enum.Enum):
+class FallbackPolicy(TextEnum):
     """Whether a contract accepts host fallback."""
 
     allowed = "allowed"
     forbidden = "forbidden"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class FlakyPolicy(str, enum.Enum):
+class FlakyPolicy(TextEnum):
     """Whether flaky cells block a release."""
 
     block = "block"
     allow = "allow"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 #: Dtype names as ``str(torch.dtype)`` minus the ``torch.`` prefix.
@@ -230,7 +207,7 @@ DTYPES: tuple[str, ...] = (
 )
 
 
-class DType(str, enum.Enum):
+class DType(TextEnum):
     """A tensor element type, named as torch names it (``torch.bfloat16`` -> ``bfloat16``)."""
 
     float64 = "float64"
@@ -253,9 +230,6 @@ class DType(str, enum.Enum):
     float8_e5m2 = "float8_e5m2"
     float8_e4m3fnuz = "float8_e4m3fnuz"
     float8_e5m2fnuz = "float8_e5m2fnuz"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 #: Default dtypes probed when the user gives none.

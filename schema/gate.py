@@ -14,12 +14,11 @@ decided it (:class:`CellRef`), so a blocked release always names what to fix.
 
 from __future__ import annotations
 
-import enum
+from pydantic import Field
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from .base import Model
 from .contract import OperatorRequirement, WaiverMatch
-from .enums import DType, ExecPath, Layout, Mode, Outcome
+from .enums import DType, ExecPath, Layout, Mode, Outcome, TextEnum
 
 __all__ = [
     "BaselineChange",
@@ -36,11 +35,7 @@ __all__ = [
 ]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Status(str, enum.Enum):
+class Status(TextEnum):
     """The outcome of one requirement (or one gate-level check)."""
 
     passed = "pass"
@@ -48,32 +43,23 @@ class Status(str, enum.Enum):
     waived = "waived"  # failed only in cells an active waiver covers
     unknown = "unknown"  # cannot be evaluated from the matrix: fails when promised
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class CellStatus(str, enum.Enum):
+class CellStatus(TextEnum):
     """How one deciding cell was judged."""
 
     passed = "pass"
     failed = "fail"
     waived = "waived"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class Verdict(str, enum.Enum):
+class Verdict(TextEnum):
     """May the release ship?"""
 
     passed = "pass"
     blocked = "blocked"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class CellRef(_Frozen):
+class CellRef(Model):
     """One cell (or a required cell that was never probed) and why it was judged as it was.
 
     ``rank`` / ``layout`` / ``dtype`` are ``None`` only for required cells that have no probed
@@ -117,7 +103,7 @@ class CellRef(_Frozen):
         return f"{self.label()}: {self.reason}" if self.reason else self.label()
 
 
-class RequirementResult(_Frozen):
+class RequirementResult(Model):
     """One requirement of the contract, judged."""
 
     id: str = Field(description="stable id, e.g. L2.matmul or L0.check.import")
@@ -139,7 +125,7 @@ class RequirementResult(_Frozen):
         return self.blocking and self.status in (Status.failed, Status.unknown)
 
 
-class GateCheck(_Frozen):
+class GateCheck(Model):
     """A gate-level check that is not a contract requirement (cell count, identity, waivers)."""
 
     name: str
@@ -152,7 +138,7 @@ class GateCheck(_Frozen):
         return self.status in (Status.failed, Status.unknown)
 
 
-class BaselineChange(_Frozen):
+class BaselineChange(Model):
     """A cell that got worse (a regression) or better than in the baseline matrix."""
 
     cell: CellRef = Field(description="the cell now; status says failed / waived for regressions")
@@ -161,25 +147,22 @@ class BaselineChange(_Frozen):
     what: str = Field(description="what changed, e.g. 'path native -> fallback'")
 
 
-class Improvement(_Frozen):
+class Improvement(Model):
     """Cells that work but that no requirement claims, as the contract lines that would claim them."""
 
     requirement: OperatorRequirement
     cells: int
 
 
-class WaiverState(str, enum.Enum):
+class WaiverState(TextEnum):
     """Whether a waiver did anything."""
 
     active = "active"  # waived at least one finding
     stale = "stale"  # valid but matched nothing: remove it
     expired = "expired"  # past its date: blocks until renewed or removed
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class WaiverReport(_Frozen):
+class WaiverReport(Model):
     """One waiver of the contract and what it did."""
 
     index: int
@@ -191,7 +174,7 @@ class WaiverReport(_Frozen):
     matched: int = Field(description="findings it waived (or would have, when expired)")
 
 
-class GateResult(_Frozen):
+class GateResult(Model):
     """The verdict and every reason for it."""
 
     verdict: Verdict

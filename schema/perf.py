@@ -22,14 +22,13 @@ by ``opmatrix gate`` (see :class:`PerfRequirement`); ``opmatrix compat`` writes 
 
 from __future__ import annotations
 
-import enum
 import re
 from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
 from .base import Message, Model
-from .enums import FallbackPolicy, FallbackState
+from .enums import FallbackPolicy, FallbackState, TextEnum
 
 __all__ = [
     "Calibration",
@@ -58,17 +57,14 @@ PERF_RECORD_KIND = "perf-record"
 COMPAT_REPORT_KIND = "compat-report"
 
 
-class SubjectKind(str, enum.Enum):
+class SubjectKind(TextEnum):
     """What was measured."""
 
     workload = "workload"
     op = "op"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class Clock(str, enum.Enum):
+class Clock(TextEnum):
     """Which clock the samples come from.
 
     ``wall``: host wall time between two device synchronisations (devices that run asynchronously).
@@ -79,9 +75,6 @@ class Clock(str, enum.Enum):
 
     wall = "wall"
     process_cpu = "process_cpu"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class Subject(Model):

@@ -19,19 +19,18 @@ speedup after compile cost).
 
 from __future__ import annotations
 
-import enum
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, ConfigDict, Field
 
 from .base import Message, Model
-from .enums import CheckResult, DType, FallbackState, Mode, Outcome
+from .enums import CheckResult, DType, FallbackState, Mode, Outcome, TextEnum
 
 __all__ = ["WorkloadStep", "StepResult", "HostFallback", "CompileCache", "CompileStats", "WorkloadResult", "WorkloadRecord",
            "WorkloadRequirement", "WorkloadList"]
 
 
-class WorkloadStep(str, enum.Enum):
+class WorkloadStep(TextEnum):
     """The steps a workload run takes: eager mode runs to_device, inference, training and
     state_dict; compile mode to_device, inference, the last three, and training with the model
     compiled."""
@@ -43,9 +42,6 @@ class WorkloadStep(str, enum.Enum):
     dynamic_shapes = "dynamic_shapes"
     mutation = "mutation"
     custom_op = "custom_op"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class StepResult(Model):
