@@ -122,7 +122,7 @@ def _labels(labels: list[str]) -> str:
 def judge_run(req: WorkloadRequirement, run: WorkloadResult) -> list[str]:
     """What in one workload run violates ``req`` (empty: it passes)."""
     problems = []
-    if run.outcome.value in ("crashed", "hung", "poisoned", "oom") or run.error:
+    if run.outcome.is_fault or run.error:
         problems.append(f"{run.outcome.value}: {run.error or 'the worker faulted'}")
     for step in req.steps:
         r = run.steps.get(step)

@@ -21,12 +21,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from opmatrix.schema import FaultOutcome
+
 from .plan import Aborted, RunSummary, default_max_restarts, ordered, sigterm_as_interrupt
 from .runner import Run
 from .shard import select_shard
 from .task import Task, check_kinds
 
 __all__ = ["run"]
+
+_FAULTS = frozenset(f.value for f in FaultOutcome)  # the outcomes a summary counts as faults
 
 
 def run(
@@ -96,7 +100,7 @@ def _finish(state: Run, started: float, progress: bool) -> None:
     summary = state.summary
     summary.recorded = summary.resumed + summary.reused + summary.probed
     summary.faults = {
-        o: n for o, n in state.progress.outcomes.items() if o in ("error", "oom", "hung", "crashed", "poisoned")
+        o: n for o, n in state.progress.outcomes.items() if o in _FAULTS
     }
     summary.paths = dict(state.progress.paths)
     summary.seconds = time.monotonic() - started

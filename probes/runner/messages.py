@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from opmatrix.schema import FaultOutcome
+
 from .task import Skip, Task
 
 __all__ = ["Done", "Fault", "FromWorker", "Poisoned", "Ready", "RunTask", "SetupFailed", "Stop", "ToWorker"]
@@ -70,7 +72,7 @@ class Fault:
 
     task_id: str
     unit: str | None
-    outcome: str
+    outcome: FaultOutcome
     message: str
 
 

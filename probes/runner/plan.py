@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from opmatrix.schema import FaultOutcome
+
 from .task import Skip, Task
 
 __all__ = ["COMPILE_TIMEOUT_FACTOR", "MAX_STARTUP_FAILURES", "MAX_TASK_FAULTS", "Aborted", "Job", "RunSummary",
@@ -112,7 +114,7 @@ class Job:
 #: faults worth a second try in a fresh worker: the process died, which accumulated state (a JIT
 #: out of code memory, a leak, a corrupted allocator) can cause as well as the input. A hang is
 #: not retried (it would cost another full timeout), nor a poisoned device (positive evidence).
-RETRY_OUTCOMES = ("crashed", "oom")
+RETRY_OUTCOMES = frozenset({FaultOutcome.crashed, FaultOutcome.oom})
 #: a worker that had announced more units than one unit's eager, backward and compile steps had
 #: run other units first: its fault may be theirs
 FRESH_UNITS = 3

@@ -33,7 +33,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from opmatrix.schema import Outcome
+from opmatrix.schema import FaultOutcome, Outcome
 from opmatrix.schema.outdir import pid_alive
 
 from .board import UnitBoard
@@ -259,7 +259,7 @@ def _serve(
         conn.send(Poisoned(task.id, exc.unit if exc.unit is not None else unit[0], exc.message))
         return False
     except Exception as exc:  # noqa: BLE001 - a handler bug or an escaped OOM is blamed on the unit
-        outcome = "oom" if _is_oom(exc) else "error"
+        outcome = FaultOutcome.oom if _is_oom(exc) else FaultOutcome.error
         traceback.print_exc()
         conn.send(Fault(task.id, unit[0], outcome, f"{type(exc).__name__}: {exc}"[-2000:]))
         return False
