@@ -32,9 +32,9 @@ def trace(name: str, dtype: str = "float32", mode: str = "eager") -> Any:
     import torch
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from opmatrix.probes.workloads.catalog import DTYPES, build
+    from opmatrix.probes.workloads.catalog import TORCH_DTYPES, build
 
-    wl = build(name, DTYPES[dtype])
+    wl = build(name, TORCH_DTYPES[dtype])
     decomp: Any = None
     if mode == "compile":
         from torch._decomp import core_aten_decompositions

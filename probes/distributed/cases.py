@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["COLLECTIVES", "DTYPES", "Batch", "plan_batches"]
+__all__ = ["COLLECTIVES", "COLLECTIVE_DTYPES", "Batch", "plan_batches"]
 
 #: (collective, reduce op or None); barrier takes no dtype.
 COLLECTIVES: tuple[tuple[str, str | None], ...] = (
@@ -27,7 +27,7 @@ COLLECTIVES: tuple[tuple[str, str | None], ...] = (
     ("send_recv", None),
 )
 
-DTYPES: tuple[str, ...] = ("float32", "bfloat16", "int64")
+COLLECTIVE_DTYPES: tuple[str, ...] = ("float32", "bfloat16", "int64")
 
 Case = dict[str, Any]
 Batch = tuple[int, list[Case]]  # (world size, cases)
@@ -50,7 +50,7 @@ def _collective_cases(world_size: int, dtypes: tuple[str, ...], modes: tuple[boo
 def plan_batches(*, world_sizes: tuple[int, ...] = (2, 4), failure_timeout: float = 3.0) -> list[Batch]:
     """Every batch of the suite in run order: world size 2 in full, 4 for float32 collectives, failures."""
     main = [{"id": "topology.w2", "kind": "topology", "world_size": 2, "deadline": 30.0}]
-    main += _collective_cases(2, DTYPES, (False, True))
+    main += _collective_cases(2, COLLECTIVE_DTYPES, (False, True))
     main += [
         {"id": "ddp.mlp.float32.w2", "kind": "ddp", "dtype": "float32", "world_size": 2, "deadline": 60.0},
         {"id": "checkpoint.dcp.float32.w2", "kind": "checkpoint", "dtype": "float32", "world_size": 2,

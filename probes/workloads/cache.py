@@ -81,7 +81,7 @@ def _child(spec: dict[str, Any]) -> dict[str, Any]:
 
     from opmatrix.backend.registry import get_adapter
 
-    from .catalog import DTYPES, build
+    from .catalog import TORCH_DTYPES, build
     from .compare import to_device
     from .steps import forward
 
@@ -90,7 +90,7 @@ def _child(spec: dict[str, Any]) -> dict[str, Any]:
     if spec["device"] is not None:
         adapter.select_device(spec["device"])
     adapter.setup()
-    wl = build(spec["workload"], DTYPES[spec["dtype"]], spec["seed"])
+    wl = build(spec["workload"], TORCH_DTYPES[spec["dtype"]], spec["seed"])
     device = adapter.device()
     model = wl.model.to(device).eval()
     inputs = to_device(wl.inputs, device)

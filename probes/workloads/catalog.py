@@ -26,10 +26,10 @@ from torch.nn import functional as F  # noqa: N812
 
 from opmatrix.probes.workloads import models
 
-__all__ = ["WORKLOADS", "BadFactory", "Workload", "WorkloadSpec", "build", "resolve_names", "DTYPES"]
+__all__ = ["WORKLOADS", "BadFactory", "Workload", "WorkloadSpec", "build", "resolve_names", "TORCH_DTYPES"]
 
-#: dtype names the workload suite runs (a backend's claimed dtypes filter these)
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+#: the torch dtype of each dtype name the workload suite runs (a backend's claimed dtypes filter these)
+TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @dataclass

@@ -28,7 +28,7 @@ from opmatrix.schema.workloads import (
 
 from . import compiled, steps
 from .cache import second_process
-from .catalog import DTYPES, WORKLOADS, build
+from .catalog import TORCH_DTYPES, WORKLOADS, build
 from .observe import copies_during, device_peak, host_rss, reset_peak
 from .steps import CompileBackend, Stats
 
@@ -137,7 +137,7 @@ def handle(ctx: WorkerContext, task: Task, progress: Callable[[str], None], skip
     if fault is not None:
         where = next(iter(skip), task.id)
         return fault_result(task, fault.outcome, f"{fault.outcome} at {where}: {fault.message}")
-    wl = build(p["workload"], DTYPES[p["dtype"]], int(p.get("seed", 0)))
+    wl = build(p["workload"], TORCH_DTYPES[p["dtype"]], int(p.get("seed", 0)))
     run = steps.Run(adapter=ctx.adapter, workload=wl, device=ctx.adapter.device(), plain=p["mode"] == "compile")
     backend = None
     if p["mode"] == "compile":
