@@ -19,11 +19,14 @@ from collections.abc import Iterable
 
 from opmatrix.schema import (
     BackendId,
+    CellRecord,
     CellResult,
+    DeviceOutcome,
     Evidence,
     JournalHeader,
     Matrix,
     Mode,
+    Outcome,
     Runtime,
     RuntimeCheck,
     RuntimeRecord,
@@ -55,13 +58,43 @@ def skip_reason(task: TaskRecord) -> str | None:
     return "the task yielded no cell"
 
 
+def _key(cell: CellRecord) -> FullKey:
+    return cell.op, cell.mode, (cell.dtype, cell.rank, cell.layout), tuple(sorted(cell.result.conditions.items()))
+
+
+def _device_results(task: TaskRecord) -> list[tuple[FullKey, CellResult]]:
+    """The task's cells, each saying which device produced it; a cell that another device of the
+    node ran differently (one right, one wrong: ``probe --devices`` cross-checks wrong cells) is
+    *device-dependent*: its worst outcome stands, with each device's path, outcome and identity."""
+    if task.device is None:
+        return [(_key(c), c.result) for c in task.cells]
+    others: dict[FullKey, list[tuple[str, str | None, CellResult]]] = defaultdict(list)
+    for run in task.cross_checks:
+        for c in run.cells:
+            others[_key(c)].append((run.device, run.uuid, c.result))
+    out = []
+    for cell in task.cells:
+        key, result = _key(cell), cell.result
+        seen = [(task.device, task.device_uuid, result), *others.get(key, [])]
+        outcomes = {r.outcome for _, _, r in seen}
+        update: dict[str, object] = {"devices": sorted({d for d, _, _ in seen})}
+        if outcomes == {Outcome.ok, Outcome.wrong}:
+            worst = next(r for _, _, r in seen if r.outcome is Outcome.wrong)
+            update["device_dependent"] = [DeviceOutcome(device=d, uuid=u, path=r.path, outcome=r.outcome)
+                                          for d, u, r in sorted(seen, key=lambda s: s[0])]
+            said = ", ".join(f"{d} {r.outcome.value}" for d, _, r in sorted(seen, key=lambda s: s[0]))
+            result = worst
+            update["note"] = "; ".join(n for n in (worst.note, f"device-dependent: {said}") if n)
+        out.append((key, result.model_copy(update=update)))
+    return out
+
+
 def collect_cells(tasks: Iterable[TaskRecord]) -> dict[FullKey, CellResult]:
     """One rolled-up result per cell key (op, mode, (dtype, rank, layout), conditions)."""
     found: dict[FullKey, list[CellResult]] = defaultdict(list)
     for task in tasks:
-        for cell in task.cells:
-            conditions = tuple(sorted(cell.result.conditions.items()))
-            found[cell.op, cell.mode, (cell.dtype, cell.rank, cell.layout), conditions].append(cell.result)
+        for key, result in _device_results(task):
+            found[key].append(result)
     return {key: rollup(results) for key, results in found.items()}
 
 

@@ -24,7 +24,7 @@ from collections.abc import Hashable, Sequence
 from opmatrix.schema import DType, Entry, EntryPart, ExecPath, Numerics, RankRange, Samples
 
 from .rollup import _autograd as worst_autograd
-from .rollup import _join_notes, _max_opt
+from .rollup import _join_notes, _max_opt, union_devices
 
 __all__ = ["group_entries", "group_key"]
 
@@ -39,6 +39,7 @@ def group_key(entry: Entry) -> Hashable:
         entry.mixed,
         tuple(entry.components),
         (fb.state, tuple(fb.ops), fb.source),
+        tuple((d.device, d.uuid, d.path, d.outcome) for d in entry.device_dependent),
     )
 
 
@@ -111,6 +112,8 @@ def _merge(boxes: Sequence[Entry]) -> Entry:
         mode=head.mode,
         numerics_by_dtype=by_dtype if len(by_dtype) > 1 else {},
         parts=parts,
+        devices=union_devices(boxes),
+        device_dependent=head.device_dependent,
     )
 
 

@@ -15,7 +15,8 @@ OpInfos ``add`` and ``__radd__`` both call ``aten.add.Tensor``. The rules, in or
 - max errors take the max, tolerances the loosest that was applied;
 - component ops and host-fallback ops are unioned; fallback state: observed > unknown >
   not_observed;
-- ``mixed`` when the inputs took different paths (or any input was mixed); ``flaky`` is OR-ed.
+- ``mixed`` when the inputs took different paths (or any input was mixed); ``flaky`` is OR-ed;
+- the devices that produced the inputs are unioned, and so are device disagreements.
 
 The result never depends on the order of its inputs.
 """
@@ -28,6 +29,7 @@ from typing import TypeVar
 from opmatrix.schema import (
     Autograd,
     CellResult,
+    DeviceOutcome,
     ErrorInfo,
     ExecPath,
     FallbackEvidence,
@@ -37,7 +39,7 @@ from opmatrix.schema import (
     Samples,
 )
 
-__all__ = ["RESULT_KEY_FIELDS", "aggregate", "normalise", "result_key", "rollup"]
+__all__ = ["RESULT_KEY_FIELDS", "aggregate", "normalise", "result_key", "rollup", "union_devices"]
 
 _FALLBACK_RANK = {FallbackState.not_observed: 0, FallbackState.unknown: 1, FallbackState.observed: 2}
 _REFERENCE_PREFERENCE = (ReferenceKind.cpu_upcast, ReferenceKind.cpu_same_dtype, ReferenceKind.none)
@@ -47,7 +49,7 @@ _REFERENCE_PREFERENCE = (ReferenceKind.cpu_upcast, ReferenceKind.cpu_same_dtype,
 RESULT_KEY_FIELDS = frozenset(
     {
         "path", "outcome", "conditions", "mixed", "flaky", "autograd", "numerics", "components",
-        "fallback", "samples", "error", "note",
+        "fallback", "samples", "error", "note", "devices", "device_dependent",
     }
 )
 
@@ -63,7 +65,8 @@ def normalise(result: CellResult) -> CellResult:
 
 
 def result_key(result: CellResult) -> Hashable:
-    """Everything of a result except max errors and sample counts: equal keys compress together."""
+    """Everything of a result except max errors, sample counts and which devices produced it:
+    equal keys compress together (the entry lists the union of its devices)."""
     num = result.numerics
     ag = result.autograd
     fb = result.fallback
@@ -80,7 +83,23 @@ def result_key(result: CellResult) -> Hashable:
         (fb.state, tuple(fb.ops), fb.source),
         None if err is None else (err.type, err.message, err.actionable, err.signal),
         result.note,
+        tuple((d.device, d.uuid, d.path, d.outcome) for d in result.device_dependent),
     )
+
+
+def union_devices(items: Iterable[CellResult]) -> list[str]:
+    """The devices that produced ``items``, sorted by name then index (refaccel:2 before refaccel:10)."""
+    return sorted({d for r in items for d in r.devices}, key=_device_order)
+
+
+def _device_order(name: str) -> tuple[str, int, str]:
+    kind, _, index = name.rpartition(":")
+    return (kind, int(index), name) if index.isdigit() else (name, -1, name)
+
+
+def _device_dependent(items: Sequence[CellResult]) -> list[DeviceOutcome]:
+    found = {(d.device, d.uuid, d.path, d.outcome): d for r in items for d in r.device_dependent}
+    return [found[k] for k in sorted(found, key=lambda k: (_device_order(k[0]), k[1] or "", k[2].rank, k[3].rank))]
 
 
 _N = TypeVar("_N", int, float)
@@ -190,6 +209,8 @@ def rollup(results: Iterable[CellResult]) -> CellResult:
         samples=_samples(items, mixed),
         error=_error(items),
         note=_join_notes(r.note for r in items),
+        devices=union_devices(items),
+        device_dependent=_device_dependent(items),
     )
 
 
@@ -199,6 +220,8 @@ def aggregate(results: Sequence[CellResult]) -> CellResult:
     if len(results) == 1:
         return first
     update: dict[str, object] = {"samples": _samples(results, first.mixed)}
+    if any(r.devices for r in results):
+        update["devices"] = union_devices(results)
     if first.numerics is not None:
         nums = [r.numerics for r in results if r.numerics is not None]
         update["numerics"] = first.numerics.model_copy(

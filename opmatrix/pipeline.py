@@ -159,6 +159,12 @@ def _probe(options: ProbeOptions) -> int:
 
     if options.out:
         check_out_path(options.out)
+    if options.executor == "ray":
+        from opmatrix.probes.runner.raypool import ray_missing
+
+        missing = ray_missing()
+        if missing:
+            raise UsageError(missing)
     plan = plan_probe(options)  # every argument checked: nothing written yet
     claim = _claim(plan.out, "journal", plan.command, options.force)
     try:
@@ -175,6 +181,7 @@ def _probe(options: ProbeOptions) -> int:
             threads=options.threads, timeout=options.timeout, resume=options.resume, devices=plan.devices, shard=plan.shard,
             max_restarts=options.max_restarts, options={"op_source_hash": plan.source.hash if plan.source else ""},
             progress=not options.quiet, command=plan.command, header={"run": plan.identity}, handlers=TASK_HANDLERS,
+            executor=_executor(options, plan),
         )
         if summary.interrupted:  # the runner has said how many are recorded and how to resume
             return 130
@@ -186,6 +193,16 @@ def _probe(options: ProbeOptions) -> int:
             matrix = attach_distributed(matrix, options.backend, options.generation, plan.out, progress=not options.quiet)
         dump_model(matrix, plan.out / "matrix.yaml", command=plan.command)
     return _report(plan, summary, matrix)
+
+
+def _executor(options: ProbeOptions, plan: Any) -> Any:
+    """Where the workers run: None (this host's processes) or Ray actors, one per device of a cluster."""
+    if options.executor != "ray":
+        return None
+    from opmatrix.probes.runner.raypool import RayExecutor
+
+    return RayExecutor(address=options.ray_address, resource=options.ray_resource, backend=options.backend,
+                       generation=options.generation, device_type=plan.backend_id.device_type)
 
 
 # -- merge -----------------------------------------------------------------------------------

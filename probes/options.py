@@ -53,7 +53,17 @@ class ProbeOptions(Options):
     timeout: float = option(60.0, above=0, unit="seconds", help="seconds a unit may run without progress before it is called hung "
                             "(5x for compile units)")
     resume: bool = option(False, help="continue from DIR/journal.jsonl")
-    devices: tuple[str, ...] | None = option(None, help="device indices to spread workers over, e.g. 0,1")
+    devices: tuple[str, ...] | None = option(None, help="all, or device indices like 0,1,3: one worker per device "
+                                             "(chosen inside the worker), each cell records its device; a wrong cell "
+                                             "is probed again on another device (device-dependent)")
+    executor: str = option("local", choices=("local", "ray"),
+                           help="where workers run: local processes, or Ray actors, one per device of a Ray cluster "
+                           "(pip install \"opmatrix[ray]\")")
+    ray_address: str | None = option(None, metavar="auto|HOST:PORT",
+                                     help="--executor ray: the cluster to join (default: start a local Ray instance)")
+    ray_resource: str | None = option(None, metavar="NAME",
+                                      help="--executor ray: the Ray resource one device is (default GPU for cuda, else "
+                                      "the device type, e.g. refaccel)")
     shard: str | None = option(None, help="probe slice I of N, as I/N (1-based)")
     out: str | None = option(None, help="output directory (default out/<backend>[-<generation>])")
     suites: tuple[str, ...] | None = option(None, choices=SUITES,
@@ -79,8 +89,15 @@ class ProbeOptions(Options):
                                                     help="eager, compile or both")
 
     def check(self) -> None:
-        if self.devices is not None and not all(d.isdigit() for d in self.devices):
-            raise UsageError(f"--devices: expected device indices like 0,1, got {','.join(self.devices)!r}")
+        if self.devices is not None and self.devices != ("all",) and not all(d.isdigit() for d in self.devices):
+            raise UsageError(f"--devices: expected all or device indices like 0,1, got {','.join(self.devices)!r}")
+        if self.devices is not None and len(set(self.devices)) != len(self.devices):
+            raise UsageError(f"--devices: a device is named twice in {','.join(self.devices)!r}")
+        if self.executor != "ray" and (self.ray_address or self.ray_resource):
+            raise UsageError("--ray-address / --ray-resource: only with --executor ray")
+        if self.executor == "ray" and self.devices is not None:
+            raise UsageError("--devices with --executor ray: Ray places one worker on each device of its nodes; "
+                             "leave --devices out (or choose nodes with --ray-resource)")
         if self.runtime_only and self.no_runtime:
             raise UsageError("--runtime-only and --no-runtime: choose one")
 

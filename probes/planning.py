@@ -140,7 +140,7 @@ class ProbePlan:
     identity: RunIdentity
     source: OpSource | None = None
     shard: tuple[int, int] | None = None
-    devices: list[int] | None = None
+    devices: list[int] | str | None = None  # indices, or "all" (resolved by the workers)
     run_options: dict[str, Any] = field(default_factory=dict)
     suites: frozenset[str] = frozenset({"runtime", "ops"})
 
@@ -257,5 +257,6 @@ def plan_probe(opts: ProbeOptions) -> ProbePlan:
     return ProbePlan(
         adapter=adapter, backend_id=_identity(adapter), out=out, command=command, started=started, tasks=tasks,
         planned=tasks if shard is None else _shard_of(tasks, shard), identity=identity, source=source, shard=shard,
-        devices=[int(d) for d in opts.devices] if opts.devices else None, suites=frozenset(suites),
+        devices=("all" if opts.devices == ("all",) else [int(d) for d in opts.devices]) if opts.devices else None,
+        suites=frozenset(suites),
     )

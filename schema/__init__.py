@@ -12,6 +12,7 @@ from .base import Model, RankRange
 from .conditions import TENSOR, describe, features_of, matches
 from .contract import Contract, LevelRequirement, OperatorRequirement, ToleranceOverride, Waiver, WaiverMatch
 from .counts import MatrixCounts, count_matrix
+from .devices import DeviceOutcome
 from .enums import (
     DEFAULT_DTYPES,
     PROCESS_FAULTS,
@@ -46,7 +47,7 @@ from .io import (
     validate_file,
     write_text_atomic,
 )
-from .journal import CellRecord, JournalHeader, RuntimeRecord, TaskRecord
+from .journal import CellRecord, DeviceCells, JournalHeader, RuntimeRecord, TaskRecord
 from .jsonschema import json_schema
 from .matrix import (
     SCHEMA_VERSION,
@@ -84,4 +85,6 @@ __all__ = [
     "validate_data", "validate_file", "write_text_atomic", "gc_paused",
     "TaskId",
     "UnitId",
+    "DeviceCells",
+    "DeviceOutcome",
 ]

@@ -18,7 +18,7 @@ from .base import Message, Model
 from .enums import DType, Layout, Mode, Outcome
 from .matrix import CellResult, ErrorInfo, Evidence, Runtime, RuntimeCheck
 
-__all__ = ["CellRecord", "TaskRecord", "RuntimeRecord", "JournalHeader", "RunIdentity"]
+__all__ = ["CellRecord", "DeviceCells", "TaskRecord", "RuntimeRecord", "JournalHeader", "RunIdentity"]
 
 
 class CellRecord(Model):
@@ -30,6 +30,14 @@ class CellRecord(Model):
     layout: Layout
     mode: Mode = Mode.eager
     result: CellResult
+
+
+class DeviceCells(Model):
+    """The cells another device produced for the same task (``probe --devices`` cross-check)."""
+
+    device: str = Field(min_length=1, description="as torch names it, e.g. refaccel:0")
+    uuid: str | None = None
+    cells: list[CellRecord] = Field(default_factory=list)
 
 
 class TaskRecord(Model):
@@ -46,6 +54,11 @@ class TaskRecord(Model):
     attempts: int = Field(default=1, ge=1)
     seconds: float = Field(default=0.0, ge=0)
     worker: int | None = None
+    device: str | None = Field(default=None, description="the device that ran the task, as torch names it (--devices)")
+    device_uuid: str | None = Field(default=None, description="that device's stable identity")
+    cross_checks: list[DeviceCells] = Field(
+        default_factory=list, description="a wrong cell probed again on another device of the node"
+    )
     skipped: Message | None = Field(default=None, description="why nothing was probed (e.g. no samples)")
     not_run: dict[str, Message] = Field(
         default_factory=dict,

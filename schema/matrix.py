@@ -14,8 +14,8 @@ results, compressed into dtypes x a rank range x layouts, as in the seed's examp
         outcome: ok
         ...
 
-Expanding every entry gives back exactly the cells that were probed; a cell that is in no entry
-was not probed, and a query for it answers ``unknown``.
+Expanding every entry gives back exactly the cells that were probed; a cell in no entry was not
+probed (a query for it answers ``unknown``). Which devices produced a cell: :mod:`.devices`.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from .base import Message, Model, RankRange, printable
+from .devices import DEVICE_DEPENDENT, DeviceName, DeviceOutcome
 from .distributed import Distributed
 from .enums import (
     ApiService,
@@ -237,6 +238,8 @@ class CellResult(Model):
         return [printable(op, "component op") for op in ops]
     error: ErrorInfo | None = None
     note: Message | None = None
+    devices: list[DeviceName] = Field(default_factory=list, description="the devices that produced these cells")
+    device_dependent: list[DeviceOutcome] = Field(default_factory=list, description=DEVICE_DEPENDENT)
 
 
 class EntryPart(Model):
@@ -325,14 +328,10 @@ class Matrix(Model):
     evidence: Evidence
     runtime: Runtime = Field(default_factory=Runtime)
     operators: dict[str, list[Entry]] = Field(default_factory=dict)
-    skipped: dict[str, str] = Field(
-        default_factory=dict,
-        description="probe tasks (source|dtype) that yielded no cell, with the reason: never silently absent",
-    )
-    not_run: dict[str, str] = Field(
-        default_factory=dict,
-        description="units that never ran ('source|dtype unit'), with the reason: not cells, never counted as probed",
-    )
+    skipped: dict[str, str] = Field(default_factory=dict, description="probe tasks (source|dtype) that yielded no "
+                                    "cell, with the reason: never silently absent")
+    not_run: dict[str, str] = Field(default_factory=dict, description="units that never ran ('source|dtype unit'), "
+                                    "with the reason: not cells, never counted as probed")
     distributed: Distributed | None = Field(default=None, description="level-5 cases (probe --suites distributed)")
     workloads: WorkloadList = Field(default_factory=list, description="levels 3/4: workload runs (opmatrix probe --suites workloads)")
 

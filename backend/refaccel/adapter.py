@@ -42,10 +42,16 @@ class RefaccelAdapter(Adapter):
         return sorted(load_table()["generations"])
 
     def preflight(self) -> list[str]:
-        """``OPMATRIX_REFACCEL_FAULT`` must name known modes and overloads that exist."""
-        from .faults import check_spec
+        """``OPMATRIX_REFACCEL_FAULT`` must name known modes and overloads that exist, and
+        ``OPMATRIX_REFACCEL_DEVICES`` / ``OPMATRIX_REFACCEL_BAD_DEVICE`` be well formed."""
+        from . import runtime
+        from .faults import BAD_ENV, check_bad_device, check_spec
 
-        return check_spec(os.environ.get("OPMATRIX_REFACCEL_FAULT", ""))
+        problems = check_spec(os.environ.get("OPMATRIX_REFACCEL_FAULT", ""))
+        count, problem = runtime.configured_devices()
+        problems += [problem] if problem else []
+        problems += check_bad_device(os.environ.get(BAD_ENV, ""))
+        return problems
 
     def setup(self) -> None:
         """Install this generation and initialise the runtime (raises naming the cause)."""
@@ -56,6 +62,11 @@ class RefaccelAdapter(Adapter):
         self.generation = install(self.generation)
         torch.refaccel.init()  # type: ignore[attr-defined]
         torch.refaccel.set_device(self.device_index)  # type: ignore[attr-defined]
+        if self.device_index > 0:
+            # torch 2.13's Python device guard reports no device count, so the autograd engine has a
+            # worker thread for refaccel:0 only (a backward on refaccel:1 hits its INTERNAL ASSERT);
+            # refaccel runs the other devices' backward passes on the calling thread instead
+            torch.autograd.set_multithreading_enabled(False)
 
     def prepare_c10d(self) -> str:
         """Register refaccel's own c10d backend (host-staged over gloo) and return its name."""

@@ -9,7 +9,11 @@ from the API; ``op`` is a full overload (``aten::mul.Tensor``) or an operator (`
 Modes: ``crash`` (SIGSEGV), ``abort`` (SIGABRT), ``hang`` (sleeps forever), ``oom``
 (``torch.OutOfMemoryError``; the device stays usable), ``poison`` (the call fails and the context
 is unusable until the process restarts). Initialisation faults are separate: see
-``runtime`` and ``OPMATRIX_REFACCEL_DRIVER``. ``OPMATRIX_REFACCEL_SLOWDOWN=aten::mm:1.3`` makes a
+``runtime`` and ``OPMATRIX_REFACCEL_DRIVER``.
+
+One device of a node can be made to compute wrong results (a bad chip among good ones of the same
+generation): ``OPMATRIX_REFACCEL_BAD_DEVICE=1:aten::mul`` makes every native ``aten::mul`` on
+``refaccel:1`` return results off by 1%, while ``refaccel:0`` stays right (``1:*`` for every op). ``OPMATRIX_REFACCEL_SLOWDOWN=aten::mm:1.3`` makes a
 kernel 30% slower (the performance gate must catch it).
 """
 
@@ -24,11 +28,14 @@ import torch
 
 from . import runtime
 
-__all__ = ["MODES", "ACTIVE", "SLOW", "check_spec", "inject_fault", "clear_faults", "load_from_env", "slowed", "trigger"]
+__all__ = ["MODES", "ACTIVE", "BAD", "SLOW", "check_bad_device", "miscompute", "check_spec", "inject_fault", "clear_faults", "load_from_env", "slowed", "trigger"]
 
 MODES = ("crash", "abort", "hang", "oom", "poison")
 #: op name -> mode; read by every kernel (an empty dict costs one truth test per call)
 ACTIVE: dict[str, str] = {}
+#: device index -> op names (or ``*``) whose native results that device gets wrong
+BAD: dict[int, set[str]] = {}
+BAD_ENV = "OPMATRIX_REFACCEL_BAD_DEVICE"
 #: op name -> slowdown factor (``OPMATRIX_REFACCEL_SLOWDOWN=aten::mm:1.3``): tests the perf gate
 SLOW: dict[str, float] = {}
 
@@ -59,7 +66,52 @@ def load_from_env() -> None:
             raise ValueError(f"OPMATRIX_REFACCEL_FAULT: expected mode:op (e.g. crash:aten::mul.Tensor), got {item!r}")
         inject_fault(mode, op)
     _load_slowdown()
+    _load_bad_device()
 
+
+def _parse_bad(spec: str) -> tuple[dict[int, set[str]], list[str]]:
+    found: dict[int, set[str]] = {}
+    problems = []
+    for item in filter(None, (s.strip() for s in spec.split(","))):
+        index, sep, op = item.partition(":")
+        if not sep or not index.strip().isdigit() or not op.strip():
+            problems.append(f"{BAD_ENV}: expected index:op (e.g. 1:aten::mul or 1:*), got {item!r}")
+            continue
+        name = op.strip()
+        if name != "*" and not _op_exists(name):
+            problems.append(f"{BAD_ENV}: {name!r} in {item!r} matches no operator overload; name one like "
+                            "aten::mul.Tensor, an operator like aten::mul, or * for every op")
+            continue
+        found.setdefault(int(index), set()).add(name if name == "*" else _normalise(name))
+    return found, problems
+
+
+def check_bad_device(spec: str) -> list[str]:
+    """Problems with an ``OPMATRIX_REFACCEL_BAD_DEVICE`` value; empty when it is valid."""
+    return _parse_bad(spec)[1]
+
+
+def _load_bad_device() -> None:
+    found, problems = _parse_bad(os.environ.get(BAD_ENV, ""))
+    if problems:
+        raise ValueError(problems[0])
+    BAD.clear()
+    BAD.update(found)
+
+
+def miscompute(name: str, base: str, result: Any) -> Any:
+    """A bad device's native result: floating outputs off by 1% (a wrong kernel, device unharmed)."""
+    if not isinstance(result, torch.Tensor) or result.device.type != "refaccel":
+        return result
+    ops = BAD.get(result.device.index or 0)
+    if not ops or not ("*" in ops or name in ops or base in ops):
+        return result
+    if result.is_floating_point() or result.is_complex():
+        from .memory import host_view
+
+        view = host_view(result)
+        view.mul_(1.01).add_(0.01)
+    return result
 
 def _load_slowdown() -> None:
     spec = os.environ.get("OPMATRIX_REFACCEL_SLOWDOWN", "").strip()

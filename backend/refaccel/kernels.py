@@ -73,6 +73,8 @@ def _make_kernel(op: torch._ops.OpOverload, rule: Rule, generation: str) -> Call
         if why is None:
             if faults.SLOW:
                 return faults.slowed(name, base, lambda: run(op, args, kwargs, defect=defect))
+            if faults.BAD:
+                return faults.miscompute(name, base, run(op, args, kwargs, defect=defect))
             return run(op, args, kwargs, defect=defect)
         if compose and why[0] in _COMPOSABLE:
             if implicit:  # run PyTorch's own composite on the device's other kernels

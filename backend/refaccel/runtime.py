@@ -37,6 +37,9 @@ __all__ = [
 ]
 
 DEVICE_COUNT = 2
+#: ``OPMATRIX_REFACCEL_DEVICES=N`` exposes N devices instead (1..16): a node of one generation
+DEVICES_ENV = "OPMATRIX_REFACCEL_DEVICES"
+MAX_DEVICES = 16
 RUNTIME_VERSION = "2.4.0"
 MIN_DRIVER = "2.0"
 _UUID_NAMESPACE = uuid.UUID("5d2f6a3e-8a31-4f0e-9d43-0b7f6c1e2a10")
@@ -116,9 +119,19 @@ def driver_mode() -> str:
     return mode if mode in _DRIVER_MODES else "ok"
 
 
+def configured_devices() -> tuple[int, str | None]:
+    """(device count, problem): ``$OPMATRIX_REFACCEL_DEVICES`` or 2; a bad value is named, 2 is used."""
+    text = os.environ.get(DEVICES_ENV, "").strip()
+    if not text:
+        return DEVICE_COUNT, None
+    if not text.isdigit() or not 1 <= int(text) <= MAX_DEVICES:
+        return DEVICE_COUNT, f"{DEVICES_ENV}: expected a device count from 1 to {MAX_DEVICES}, got {text!r}"
+    return int(text), None
+
+
 def device_count() -> int:
     """Number of devices, from configuration only: never initialises (fork-safe discovery)."""
-    return 0 if driver_mode() == "missing" else DEVICE_COUNT
+    return 0 if driver_mode() == "missing" else configured_devices()[0]
 
 
 def describe_devices() -> list[DeviceSpec]:

@@ -2,13 +2,18 @@
 
 ``timeout``: seconds a unit may run without progress. ``resume``: continue the journal in
 ``out_dir`` (else it moves to ``journal.jsonl.prev`` and serves evidence-key reuse).
-``devices``: worker ``i`` probes ``devices[i % len(devices)]``. ``shard=(i, n)``: only that
+``devices``: ``"all"`` or indices; worker ``i`` probes ``devices[i % len(devices)]``, resolved
+inside the worker (one worker per device unless ``workers``); each task record names its device,
+and a wrong cell is probed again on another device (the matrix marks it device-dependent when
+that one is right). ``shard=(i, n)``: only that
 slice of the tasks. ``max_restarts``: default :func:`default_max_restarts`. ``options`` reach
 handlers as ``ctx.options``; ``options["op_source_hash"]`` is part of every evidence key.
 ``handlers``: each task kind's :class:`~.task.Handler` (``kind -> "module:attribute"``; the suites'
 are :data:`opmatrix.probes.handlers.TASK_HANDLERS`), a kind without one is refused. ``threads``: torch
 threads per worker (default: cores / workers). ``header``: journal header fields that
 override what the runner fills in (e.g. ``evidence`` with ``op_source``, ``runtime``).
+``executor``: where workers run (:mod:`.executor`; default this host's processes, or
+:class:`~.raypool.RayExecutor`: one Ray actor per device of a cluster).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any
 
 from opmatrix.schema import FaultOutcome
 
+from .executor import Executor
 from .plan import Aborted, RunSummary, default_max_restarts, ordered, sigterm_as_interrupt
 from .runner import Run
 from .shard import select_shard
@@ -42,7 +48,7 @@ def run(
     workers: int | None = None,
     timeout: float = 60.0,
     resume: bool = False,
-    devices: Sequence[int | str] | None = None,
+    devices: Sequence[int | str] | str | None = None,
     shard: tuple[int, int] | None = None,
     max_restarts: int | None = None,
     options: Mapping[str, Any] | None = None,
@@ -51,6 +57,7 @@ def run(
     handlers: Mapping[str, str],
     threads: int | None = None,
     header: Mapping[str, Any] | None = None,
+    executor: Executor | None = None,
 ) -> RunSummary:
     """Run ``tasks`` on ``backend`` in spawned workers, journaling to ``out_dir/journal.jsonl`` (see the module doc)."""
     started = time.monotonic()
@@ -60,24 +67,21 @@ def run(
         planned = select_shard(planned, *shard)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    n = workers or os.cpu_count() or 1
-    state = Run(
-        planned,
-        out,
-        backend=backend,
-        generation=generation,
-        workers=n,
-        timeout=timeout,
-        resume=resume,
-        devices=[int(d) for d in devices] if devices else None,
-        max_restarts=default_max_restarts(n, len(planned)) if max_restarts is None else max_restarts,
-        options=dict(options or {}),
-        progress=progress,
-        command=command or shlex.join(sys.argv),
-        handlers=dict(handlers),
-        threads=threads,
-        header=dict(header or {}),
-    )
+    if executor is not None:
+        executor.start(str(out))  # e.g. connect to (or start) a Ray cluster: how many devices it has
+    plan, n = _workers(devices, workers, executor)
+    try:
+        state = Run(
+            planned, out, backend=backend, generation=generation, workers=n, timeout=timeout, resume=resume,
+            devices=plan, grow_to_devices=plan == "all" and workers is None,
+            max_restarts=default_max_restarts(n, len(planned)) if max_restarts is None else max_restarts,
+            options=dict(options or {}), progress=progress, command=command or shlex.join(sys.argv),
+            handlers=dict(handlers), threads=threads, header=dict(header or {}), executor=executor,
+        )
+    except BaseException:
+        if executor is not None:
+            executor.close([])  # e.g. a journal that cannot be resumed: stop what start() started
+        raise
     summary = state.summary
     try:
         with sigterm_as_interrupt():
@@ -93,6 +97,19 @@ def run(
         state.shutdown()
     _finish(state, started, progress)
     return summary
+
+
+def _workers(devices: Sequence[int | str] | str | None, workers: int | None,
+             executor: Executor | None) -> tuple[list[int] | str | None, int]:
+    """The device plan (indices or "all") and the number of workers: ``workers``, else one per
+    device (the executor's, or ``--devices``; ``all``: one until the first worker says how many)."""
+    plan: list[int] | str | None = None
+    if isinstance(devices, str):
+        plan = "all" if devices.strip() == "all" else [int(d) for d in devices.split(",") if d.strip()]
+    elif devices:
+        plan = [int(d) for d in devices]
+    capacity = executor.capacity() if executor is not None else None
+    return plan, workers or capacity or (len(plan) if isinstance(plan, list) else 1 if plan == "all" else os.cpu_count() or 1)
 
 
 def _finish(state: Run, started: float, progress: bool) -> None:

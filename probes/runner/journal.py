@@ -26,9 +26,11 @@ from typing import IO, Any
 
 from opmatrix.schema.journalfile import scan_journal
 
+from .progress import Progress
 from .task import Task
 
-__all__ = ["Journal", "JournalState", "load_reusable", "open_for_resume", "rotate", "task_key"]
+__all__ = ["Journal", "JournalState", "OpenedJournal", "load_reusable", "open_for_resume", "open_run_journal", "rotate",
+           "task_key"]
 
 PREV_SUFFIX = ".prev"
 
@@ -141,3 +143,37 @@ class Journal:
         self._fh.flush()
         os.fsync(self._fh.fileno())
         self._fh.close()
+
+
+@dataclass
+class OpenedJournal:
+    """A run's journal, opened: what it resumed, what may be reused, the tasks still to run."""
+
+    journal: Journal
+    header: dict[str, Any] | None
+    reusable: dict[str, str]
+    progress: Progress
+    resumed: int
+    todo: list[Task]
+
+
+def open_run_journal(path: Path, tasks: list[Task], *, resume: bool, workers: int, progress: bool) -> OpenedJournal:
+    """Open (or resume) ``path`` for a run of ``tasks``, set up progress and reuse.
+
+    The tasks still to run come longest first where an earlier run timed them (a long task
+    started last idles the other workers); tasks never timed go first, in plan order."""
+    state = open_for_resume(path) if resume else JournalState()
+    if not resume:
+        rotate(path)
+    reusable, past_seconds = load_reusable(path.parent)
+    shown = Progress(len(tasks), enabled=progress, workers=max(1, min(workers, len(tasks))),
+                     expected={t.id: past_seconds[t.id] for t in tasks if t.id in past_seconds})
+    planned_ids = {t.id for t in tasks}
+    resumed = 0
+    for task_id, line in state.records.items():
+        if task_id in planned_ids:
+            resumed += 1
+            shown.add(json.loads(line), fresh=False)
+    todo = [t for t in tasks if t.id not in state.records]
+    todo.sort(key=lambda t: -past_seconds.get(t.id, float("inf")))
+    return OpenedJournal(Journal(path), state.header, reusable, shown, resumed, todo)

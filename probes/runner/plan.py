@@ -12,12 +12,13 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from opmatrix.schema import FaultOutcome
 
 from .task import Skip, Task
 
-__all__ = ["COMPILE_TIMEOUT_FACTOR", "MAX_STARTUP_FAILURES", "MAX_TASK_FAULTS", "Aborted", "Job", "RunSummary",
+__all__ = ["COMPILE_TIMEOUT_FACTOR", "MAX_NODE_LOSSES", "MAX_STARTUP_FAILURES", "MAX_TASK_FAULTS", "Aborted", "Job", "RunSummary",
            "default_max_restarts", "confirmed", "fault_budget", "ordered", "retry_in_fresh_worker", "sigterm_as_interrupt",
            "unit_limit"]
 
@@ -46,6 +47,8 @@ def unit_limit(timeout: float, unit: str | None) -> float:
 
 #: consecutive workers that die before becoming ready before the run gives up
 MAX_STARTUP_FAILURES = 3
+#: workers lost with their node (a Ray node leaving the cluster) before such losses count as crashes
+MAX_NODE_LOSSES = 8
 
 
 def default_max_restarts(workers: int, tasks: int) -> int:
@@ -109,6 +112,11 @@ class Job:
     retried: dict[str, str] = field(default_factory=dict)  # units run again in a fresh worker after a fault
     fresh: bool = False  # the next attempt must start in a worker that has run nothing yet
     worker_units: int = 0  # units the worker had announced when it faulted (this one included)
+    device: str | None = None  # the device of the worker that ran (or runs) its current attempt
+    device_uuid: str | None = None
+    node: str = ""  # where that device is (a Ray node id; "" on this host)
+    first: dict[str, Any] | None = None  # --devices: the first device's record, while another device cross-checks
+    avoid: str | None = None  # the device a cross-check must not run on
 
 
 #: faults worth a second try in a fresh worker: the process died, which accumulated state (a JIT

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .board import UnitBoard
+from .carry import read_carried
 from .messages import Stop, ToWorker
 from .worker import WorkerSpec, worker_main
 from .zygote import ProcessContext, context, give_up, stop
@@ -51,6 +52,9 @@ class WorkerHandle:
     gone: bool = False  # told to exit (poisoned / fault message) or found dead
     carry: Path | None = None  # its carry file: the units the current task finished
     tasks: int = 0  # tasks handed to this incarnation (0: fresh, nothing has run in it)
+    device: str | None = None  # the device it probes, as torch names it (``--devices``; from its Ready)
+    device_uuid: str | None = None
+    node: str = ""  # the machine: always this host
 
     def look(self) -> bool:
         """Read the board: True when the worker started a new unit of its current task (``unit``)."""
@@ -61,6 +65,46 @@ class WorkerHandle:
             return False
         self.seen, self.unit = seq, unit
         return True
+
+    @property
+    def sentinel(self) -> int:
+        """The process sentinel: ready when the worker has exited."""
+        return self.process.sentinel
+
+    @property
+    def lost_with_node(self) -> bool:
+        """Never: a local worker's host is the runner's own."""
+        return False
+
+    def alive(self) -> bool:
+        return self.process.is_alive()
+
+    def board_seq(self) -> int:
+        """The board's sequence number now (a new task's units count from it)."""
+        return self.board.read()[0]
+
+    def carried(self, task_id: str) -> dict[str, bytes]:
+        """The units of ``task_id`` this incarnation checkpointed."""
+        return read_carried(self.carry, task_id) if self.carry is not None else {}
+
+    def end(self) -> None:
+        """Forget a worker that is gone: kill it when it still runs, else reap it."""
+        if self.process.is_alive():
+            self.kill()
+        else:
+            self.process.join(5)
+            self.release()
+
+    def dump_stack(self) -> None:
+        """SIGUSR1: faulthandler writes the hung worker's stack to its log."""
+        try:
+            os.kill(self.process.pid or 0, signal.SIGUSR1)
+            time.sleep(0.2)
+        except ProcessLookupError:
+            pass
+
+    def exit_fault(self) -> tuple[str | None, str]:
+        return exit_fault(self)
 
     def release(self) -> None:
         """Close the pipe and remove the board of a worker that has exited."""

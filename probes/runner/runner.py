@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -29,12 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from . import zygote
-from .carry import read_carried
+from .devices import RunDevices
+from .executor import Executor, LocalExecutor, Worker
 from .header import header_line
 from .identity import IDENTITY_FILE, cached_identity, fingerprint, store_identity
-from .journal import Journal, JournalState, load_reusable, open_for_resume, rotate, task_key
+from .journal import open_run_journal, task_key
 from .messages import Done, FromWorker, Poisoned, Ready, RunTask, SetupFailed
 from .plan import (
+    MAX_NODE_LOSSES,
     MAX_STARTUP_FAILURES,
     MAX_TASK_FAULTS,
     Aborted,
@@ -46,20 +47,19 @@ from .plan import (
     retry_in_fresh_worker,
     unit_limit,
 )
-from .pool import WorkerHandle, close_pool, exit_fault, spawn_worker, stop_workers
-from .progress import Progress
 from .task import Skip, Task, resolve_handler
 from .worker import WorkerSpec
 
 __all__ = ["MAX_TASK_FAULTS", "Run", "RunSummary", "default_max_restarts", "fault_budget"]
 
+
 class Run:
     """One run's state; :func:`run` is its public face."""
 
     def __init__(self, tasks: list[Task], out_dir: Path, *, backend: str, generation: str | None, workers: int,
-                 timeout: float, resume: bool, devices: list[int] | None, max_restarts: int, options: dict[str, Any],
+                 timeout: float, resume: bool, devices: list[int] | str | None, max_restarts: int, options: dict[str, Any],
                  progress: bool, command: str, handlers: dict[str, str], threads: int | None,
-                 header: dict[str, Any]):
+                 header: dict[str, Any], grow_to_devices: bool = False, executor: Executor | None = None):
         self.out_dir = out_dir
         self.started = time.monotonic()
         self.backend, self.generation = backend, generation
@@ -70,7 +70,6 @@ class Run:
         # before its first unit a task only prepares on the host (imports, samples), and the
         # first task in a fresh worker pays the handler's imports: the same grace as a start
         self.grace = max(120.0, 4 * timeout)
-        self.devices = devices
         self.options = options
         self.command = command
         self.handlers = handlers
@@ -81,55 +80,41 @@ class Run:
         self.max_restarts = max_restarts
         self.startup_failures = 0
         self.run_key: str | None = None
-        self.workers: dict[int, WorkerHandle] = {}
+        self.workers: dict[int, Worker] = {}
+        #: where workers run (:mod:`.executor`): processes on this host, or Ray actors
+        self.executor: Executor = executor or LocalExecutor()  # started by the caller
+        self.devices = RunDevices(devices, capacity=self.executor.capacity(), grow=grow_to_devices)
+        self.node_losses = 0
 
         self.pending: deque[Job] = self._open_journal(tasks, resume, workers, progress)
         self.n_workers = max(1, min(workers, len(self.pending)))
         self.threads = threads or max(1, (os.cpu_count() or 1) // self.n_workers)
-        self.fingerprint = fingerprint(backend, generation, devices=devices, kinds=self.kinds, handlers=handlers,
-                                       options=options)
+        self.fingerprint = fingerprint(backend, generation, devices=devices if isinstance(devices, list) else None,
+                                       kinds=self.kinds, handlers=handlers,
+                                       options={**options, **({"devices": devices} if isinstance(devices, str) else {})})
         cached = cached_identity(out_dir, self.fingerprint) if self.reusable and self.pending else None
         if cached is not None:  # an unchanged host-identified backend: reuse without starting a worker
             self._adopt(self._key(cached), cached)
 
     def _open_journal(self, tasks: list[Task], resume: bool, workers: int, progress: bool) -> deque[Job]:
         """Open (or resume) the journal, set up progress and reuse; the jobs still to run."""
-        state = open_for_resume(self.path) if resume else JournalState()
-        if not resume:
-            rotate(self.path)
-        self.resumed_header = state.header
-        self.reusable, past_seconds = load_reusable(self.out_dir)
-        self.progress = Progress(
-            len(tasks),
-            enabled=progress,
-            expected={t.id: past_seconds[t.id] for t in tasks if t.id in past_seconds},
-            workers=max(1, min(workers, len(tasks))),
-        )
-        self.journal = Journal(self.path)
-        planned_ids = {t.id for t in tasks}
-        for task_id, line in state.records.items():
-            if task_id in planned_ids:
-                self.summary.resumed += 1
-                self.progress.add(json.loads(line), fresh=False)
-        # longest first where an earlier run timed the task (a long task started last idles the
-        # other workers); tasks never timed go first, in plan order
-        todo = [t for t in tasks if t.id not in state.records]
-        todo.sort(key=lambda t: -past_seconds.get(t.id, float("inf")))
-        return deque(Job(t) for t in todo)
+        opened = open_run_journal(self.path, tasks, resume=resume, workers=workers, progress=progress)
+        self.resumed_header, self.reusable, self.progress = opened.header, opened.reusable, opened.progress
+        self.journal, self.summary.resumed = opened.journal, opened.resumed
+        return deque(Job(t) for t in opened.todo)
 
     # -- workers -----------------------------------------------------------------------------
 
     def _spawn(self, slot: int) -> None:
-        device = self.devices[slot % len(self.devices)] if self.devices else None
-        folder = self.out_dir / "workers"
+        where = self.out_dir / "workers"
         spec = WorkerSpec(
-            backend=self.backend, generation=self.generation, log_path=str(folder / f"w{slot}.log"),
-            board_path=str(folder / f"w{slot}.unit"), carry_path=str(folder / f"w{slot}.carry"),
-            parent_pid=os.getpid(), handlers=self.handlers, kinds=self.kinds, device=device, threads=self.threads,
+            backend=self.backend, generation=self.generation, log_path=str(where / f"w{slot}.log"),
+            board_path=str(where / f"w{slot}.unit"), carry_path=str(where / f"w{slot}.carry"), parent_pid=os.getpid(),
+            handlers=self.handlers, kinds=self.kinds, device_plan=self.devices.plan, threads=self.threads,
             options=self.options, env=dict(os.environ),
         )
         try:
-            handle = spawn_worker(slot, spec, replacement=self.summary.restarts > 0 or zygote.running())
+            handle = self.executor.spawn(slot, spec, replacement=self.summary.restarts > 0 or zygote.running())
         except OSError as exc:  # no process could be made (no memory, no pids): a failed start, counted
             return self._failed_start(f"could not start: {exc}")
         handle.deadline = time.monotonic() + self.grace  # torch import + backend setup
@@ -141,13 +126,15 @@ class Run:
         target = min(self.n_workers, len(self.pending) + busy)
         if self.run_key is None and self.reusable:
             target = min(target, 1)  # a re-run may need no probing at all: learn the key first
+        if self.devices.waiting:
+            target = min(target, 1)  # --devices all: the first worker says how many devices there are
         slot = 0
         while len(self.workers) < target:
             while slot in self.workers:
                 slot += 1
             self._spawn(slot)
 
-    def _lost(self, handle: WorkerHandle, *, fault: bool) -> None:
+    def _lost(self, handle: Worker, *, fault: bool) -> None:
         """Forget a worker that is gone; a fault uses up one restart of the cap."""
         self.workers.pop(handle.slot, None)
         job = handle.job
@@ -157,13 +144,8 @@ class Run:
             # units carried over are not run again: the attempts add up (without, the longest counts)
             job.units = job.units + attempt if job.done else max(job.units, attempt)
             job.worker_units = handle.seen // 2
-            if handle.carry is not None:
-                job.done.update(read_carried(handle.carry, job.task.id))
-        if handle.process.is_alive():
-            handle.kill()
-        else:
-            handle.process.join(5)
-            handle.release()
+            job.done.update(handle.carried(job.task.id))
+        handle.end()
         if fault:
             if self.summary.restarts >= self.max_restarts:
                 raise Aborted(
@@ -182,10 +164,13 @@ class Run:
             f"|code={identity.get('code', '')}"
         )
 
-    def _on_ready(self, handle: WorkerHandle, identity: dict[str, Any]) -> None:
+    def _on_ready(self, handle: Worker, identity: dict[str, Any]) -> None:
         handle.ready = True
         handle.deadline = float("inf")
         self.startup_failures = 0
+        wanted = self.devices.ready(handle, identity)
+        if wanted is not None:  # one worker per device (the parent could not know how many)
+            self.n_workers = max(1, min(wanted, len(self.pending) + 1))
         key = self._key(identity)
         if self.run_key is not None:
             if key != self.run_key:
@@ -221,7 +206,7 @@ class Run:
                 keep.append(job)
         self.pending = keep
 
-    def _handle(self, handle: WorkerHandle, msg: FromWorker) -> None:
+    def _handle(self, handle: Worker, msg: FromWorker) -> None:
         job: Job | None = handle.job
         if isinstance(msg, Ready):
             self._on_ready(handle, msg.identity)
@@ -239,7 +224,7 @@ class Run:
             handle.job = None
             self._fault(job, msg.unit, skip)
 
-    def _drain(self, handle: WorkerHandle) -> None:
+    def _drain(self, handle: Worker) -> None:
         """Handle every message the worker sent; mark it gone at end of file."""
         while not handle.gone:
             try:
@@ -256,18 +241,25 @@ class Run:
         if self.startup_failures >= MAX_STARTUP_FAILURES:
             raise Aborted(f"{self.startup_failures} workers in a row {why}")
 
-    def _reap(self, handle: WorkerHandle) -> None:
+    def _reap(self, handle: Worker) -> None:
         """A worker died without saying why: blame its unit (crash) or count a failed start."""
         if handle.slot not in self.workers or self.workers[handle.slot] is not handle:
             return
         handle.look()  # the unit it started last, announced or not before the parent's last look
-        sig, message = exit_fault(handle)
+        sig, message = handle.exit_fault()
         if not handle.ready:
             self._lost(handle, fault=False)
             return self._failed_start(f"died while starting:\n{message}")
         job = handle.job
-        self._lost(handle, fault=True)
-        if job is not None:
+        # its machine left the cluster: nothing it ran is to blame; the task runs again elsewhere
+        # with the units the worker had finished (nothing lost, nothing twice), up to a limit
+        lost = handle.lost_with_node and self.node_losses < MAX_NODE_LOSSES
+        self.node_losses += lost
+        self._lost(handle, fault=not lost)
+        if job is not None and lost:
+            self.progress.note(f"node lost: task {job.task.id} runs again on another worker ({message})")
+            self.pending.appendleft(job)
+        elif job is not None:
             self._fault(job, handle.unit, Skip("crashed", message, sig))
 
     def _expire(self, now: float) -> None:
@@ -281,11 +273,7 @@ class Run:
                 self._reap(handle)
                 continue
             job, unit = handle.job, handle.unit
-            try:
-                os.kill(handle.process.pid or 0, signal.SIGUSR1)  # faulthandler dumps the stack to the log
-                time.sleep(0.2)
-            except ProcessLookupError:
-                pass
+            handle.dump_stack()  # faulthandler writes the stack to the log
             tail = handle.log_tail()
             self._lost(handle, fault=True)
             if job is not None:
@@ -327,6 +315,13 @@ class Run:
     def _record(self, job: Job, record: dict[str, Any], worker: int | None) -> None:
         record["task"] = job.task.id  # the runner's id is what resume and reuse match on
         record["evidence_key"] = job.key
+        checked = self.devices.check(job, record, self.n_workers)
+        if checked is None:  # journaled once another device has run it
+            self.progress.note(f"cross-check: task {job.task.id} has a wrong cell on {job.device}; probing it on "
+                               "another device")
+            self.pending.appendleft(job)
+            return
+        record = checked
         if record.get("kind") == "task":
             record["attempts"] = max(job.attempts, 1)
             record["worker"] = worker
@@ -345,19 +340,25 @@ class Run:
             if not handle.ready or handle.job is not None or handle.gone:
                 continue
             # a fresh worker takes a retry first; a worker that has run tasks never takes one
-            job = next((j for j in self.pending if j.fresh), None) if handle.tasks == 0 else None
-            job = job or next((j for j in self.pending if not j.fresh), None)
+            job: Job | None = None
+            if handle.tasks == 0:
+                job = next((j for j in self.pending if j.fresh and self.devices.fits(j, handle)), None)
+            if job is None:
+                job = next((j for j in self.pending if not j.fresh and self.devices.fits(j, handle)), None)
+            if job is None and any(not j.fresh for j in self.pending):
+                continue  # only cross-checks wait, for a worker on another device
             if job is None:  # only retries wait, for a fresh worker: make one unless one is coming
                 if not any(w.tasks == 0 for w in self.workers.values()):
-                    stop_workers([self.workers.pop(handle.slot)])
+                    self.executor.stop_workers([self.workers.pop(handle.slot)])
                 continue
             self.pending.remove(job)
-            job.seq0 = handle.board.read()[0]  # before the worker can post the task's first unit
+            job.seq0 = handle.board_seq()  # before the worker can post the task's first unit
             if not handle.send(RunTask(job.task, dict(job.skip), job.skip_rest, dict(job.done), dict(job.retried))):
                 self.pending.appendleft(job)
                 handle.gone = True
                 continue
             handle.tasks += 1
+            job.device, job.device_uuid, job.node = handle.device, handle.device_uuid, handle.node
             job.fresh = False
             job.attempts += 1
             job.started = job.started or time.monotonic()
@@ -377,12 +378,12 @@ class Run:
             wake = min([w.deadline for w in self.workers.values()] + [now + self.poll])
             waitables: list[Any] = []
             for w in self.workers.values():
-                waitables += [w.conn, w.process.sentinel]
+                waitables += [w.conn] if w.sentinel is w.conn else [w.conn, w.sentinel]
             ready = set(wait(waitables, max(0.0, wake - now)))
             for handle in list(self.workers.values()):
-                if handle.conn in ready or handle.process.sentinel in ready:
+                if handle.conn in ready or handle.sentinel in ready:
                     self._drain(handle)
-                    if handle.gone or not handle.process.is_alive():
+                    if handle.gone or not handle.alive():
                         self._reap(handle)
             now = time.monotonic()
             for handle in self.workers.values():
@@ -393,6 +394,6 @@ class Run:
 
     def shutdown(self) -> None:
         """Stop idle workers, kill busy ones, close the journal (fsync)."""
-        close_pool(list(self.workers.values()))
+        self.executor.close(list(self.workers.values()))
         self.workers.clear()
         self.journal.close()

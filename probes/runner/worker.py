@@ -61,6 +61,9 @@ class WorkerSpec:
     handlers: dict[str, str]
     kinds: tuple[str, ...] = ()
     device: int | None = None
+    #: ``probe --devices``: "all" or "0,1,3"; the worker resolves it itself (the parent never
+    #: touches the device runtime) and probes ``plan[slot % len(plan)]``
+    device_plan: str | None = None
     threads: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
     carry_path: str = ""  # where finished units are checkpointed (:mod:`.carry`); "" for none
@@ -153,11 +156,15 @@ def _setup(slot: int, spec: WorkerSpec) -> tuple[WorkerContext, dict[str, Any]]:
     if spec.threads:
         torch.set_num_threads(spec.threads)
     adapter = get_adapter(spec.backend, spec.generation)
-    if spec.device is not None:
-        adapter.select_device(spec.device)
+    device, plan = spec.device, None
+    if spec.device_plan is not None:
+        plan = resolve_devices(spec.device_plan, adapter)
+        device = plan[slot % len(plan)]
+    if device is not None:
+        adapter.select_device(device)
     adapter.setup()
     adapter.health_baseline()  # before any probe: "poisoned" later needs this to have passed
-    ctx = WorkerContext(adapter=adapter, index=slot, options=dict(spec.options), device=spec.device,
+    ctx = WorkerContext(adapter=adapter, index=slot, options=dict(spec.options), device=device,
                         backend=spec.backend)
     identity = {
         # plain str: a TorchVersion would make the parent import torch to unpickle this message
@@ -172,7 +179,28 @@ def _setup(slot: int, spec: WorkerSpec) -> tuple[WorkerContext, dict[str, Any]]:
         "dispatch_key": adapter.dispatch_key,
         "versions": {k: None if v is None else str(v) for k, v in adapter.versions().items()},
     }
+    if device is not None:  # as torch names it, with the device's stable identity
+        identity["device"] = str(adapter.device(device))
+        identity["device_uuid"] = next((d.uuid for d in adapter.devices() if d.index == device), None)
+        identity["device_count"] = len(plan) if plan is not None else None
     return ctx, identity
+
+
+def resolve_devices(plan: str, adapter: Any) -> list[int]:
+    """The device indices of ``--devices`` ("all" or "0,1,3"), asked of the backend in this worker."""
+    present = [d.index for d in adapter.devices()]
+    if plan.strip() == "all":
+        if not present:
+            raise ValueError(f"--devices all: backend {adapter.name!r} lists no device here")
+        return present
+    wanted = [int(p) for p in plan.split(",") if p.strip()]
+    if getattr(adapter, "is_host", False):
+        return wanted  # the host's "devices" are what the caller names them (tests spread work so)
+    missing = [i for i in wanted if i not in present]
+    if missing:
+        raise ValueError(f"--devices: {adapter.name} has no device {missing[0]} here (devices: "
+                         f"{', '.join(map(str, present)) or 'none'})")
+    return wanted
 
 
 def _is_oom(exc: BaseException) -> bool:

@@ -1,0 +1,118 @@
+"""``probe --devices``: one worker per device, each cell names its device, a bad chip is a finding.
+
+refaccel exposes ``$OPMATRIX_REFACCEL_DEVICES`` devices (2 by default) and
+``$OPMATRIX_REFACCEL_BAD_DEVICE=1:aten::mul`` makes ``refaccel:1`` compute ``aten::mul`` wrong
+while ``refaccel:0`` stays right: real workers on real (simulated) devices, no mock.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from opmatrix.matrix.build import build_matrix
+from opmatrix.probes.handlers import TASK_HANDLERS
+from opmatrix.probes.runner import Task, run
+from opmatrix.schema import (
+    BackendId,
+    CellRecord,
+    CellResult,
+    DeviceCells,
+    Evidence,
+    ExecPath,
+    Outcome,
+    Samples,
+    TaskRecord,
+)
+
+OPTIONS = {"compile": "off", "autograd": False, "max_samples": 2, "layouts": ["contiguous"]}
+
+
+def _tasks(ops: list[str], dtypes: list[str]) -> list[Task]:
+    return [Task(f"{op}|{d}", "op", {"source": op, "dtype": d, "options": OPTIONS}, order=i * len(dtypes) + j)
+            for i, op in enumerate(ops) for j, d in enumerate(dtypes)]
+
+
+def _records(out: Path) -> dict[str, dict]:  # type: ignore[type-arg]
+    return {r["task"]: r for r in map(json.loads, (out / "journal.jsonl").read_text().splitlines()[1:])}
+
+
+def _cell(outcome: Outcome) -> CellRecord:
+    result = CellResult(path=ExecPath.native, outcome=outcome, samples=Samples(probed=1, passed=int(outcome is Outcome.ok)))
+    return CellRecord(op="aten.mul.Tensor", dtype="float32", rank=1, layout="contiguous", result=result)
+
+
+def _matrix(records: list[TaskRecord]):  # type: ignore[no-untyped-def]
+    ev = Evidence(opmatrix_version="0", torch_version="2.13", python="3", platform="x")
+    return build_matrix(records, backend=BackendId(name="refaccel", device_type="refaccel", dispatch_key="PrivateUse1"),
+                        evidence=ev)
+
+
+def test_a_cell_two_devices_disagree_on_is_device_dependent_with_both_identities() -> None:
+    wrong_on_1 = TaskRecord(task="mul|float32", source="mul", dtype="float32", outcome=Outcome.ok,
+                            cells=[_cell(Outcome.wrong)], device="refaccel:1", device_uuid="RA-1",
+                            cross_checks=[DeviceCells(device="refaccel:0", uuid="RA-0", cells=[_cell(Outcome.ok)])])
+    entry = _matrix([wrong_on_1]).operators["aten.mul.Tensor"][0]
+    assert entry.outcome is Outcome.wrong  # the worst stands: a bad chip is never rounded away
+    assert entry.devices == ["refaccel:0", "refaccel:1"]
+    assert [(d.device, d.uuid, d.outcome) for d in entry.device_dependent] == [
+        ("refaccel:0", "RA-0", Outcome.ok), ("refaccel:1", "RA-1", Outcome.wrong)]
+    assert "device-dependent" in (entry.note or "")
+    # both devices wrong: the op is wrong, not the chip
+    both = wrong_on_1.model_copy(update={"cross_checks": [DeviceCells(device="refaccel:0", cells=[_cell(Outcome.wrong)])]})
+    plain = _matrix([both]).operators["aten.mul.Tensor"][0]
+    assert plain.outcome is Outcome.wrong and not plain.device_dependent
+
+
+@pytest.mark.slow
+def test_devices_all_runs_a_worker_per_device_and_finds_the_bad_chip(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPMATRIX_REFACCEL_BAD_DEVICE", "1:aten::mul")
+    monkeypatch.delenv("OPMATRIX_REFACCEL_DEVICES", raising=False)
+    tasks = _tasks(["mul"], ["float32", "float16", "bfloat16"])  # float64: g2 rejects it
+    summary = run(tasks, backend="refaccel", generation="g2", out_dir=tmp_path, devices="all", timeout=30.0,
+                  progress=False, handlers=TASK_HANDLERS)
+    assert not summary.aborted, summary.message
+    records = _records(tmp_path)
+    assert len(records) == len(tasks)
+    ran_on = {r["device"] for r in records.values()}
+    assert ran_on <= {"refaccel:0", "refaccel:1"} and ran_on, ran_on
+    for rec in records.values():
+        assert rec["device_uuid"].startswith("RA-")
+        outcomes = {c["result"]["outcome"] for c in rec["cells"]}
+        if rec["device"] == "refaccel:1":  # wrong there, right on refaccel:0
+            assert "wrong" in outcomes
+            assert [c["device"] for c in rec["cross_checks"]] == ["refaccel:0"]
+            assert {c["result"]["outcome"] for c in rec["cross_checks"][0]["cells"]} == {"ok"}
+        else:
+            assert outcomes == {"ok"} and not rec.get("cross_checks")
+    assert "refaccel:1" in ran_on, "both workers start together; refaccel:1 should have run a task"
+    from opmatrix.matrix.journal import read_journal
+
+    matrix = _matrix([r for r in read_journal(tmp_path / "journal.jsonl") if isinstance(r, TaskRecord)])
+    dependent = [e for entries in matrix.operators.values() for e in entries if e.device_dependent]
+    assert dependent and all({d.device for d in e.device_dependent} == {"refaccel:0", "refaccel:1"} for e in dependent)
+
+
+@pytest.mark.slow
+def test_a_crash_on_one_device_replaces_that_devices_worker_on_the_same_device(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPMATRIX_REFACCEL_FAULT", "crash:aten::neg")
+    tasks = _tasks(["neg", "add"], ["float32", "float64"])
+    summary = run(tasks, backend="refaccel", generation="g2", out_dir=tmp_path, devices=[0, 1], timeout=30.0,
+                  progress=False, handlers=TASK_HANDLERS)
+    records = _records(tmp_path)
+    assert summary.restarts >= 1 and len(records) == len(tasks)
+    for task_id, rec in records.items():
+        assert rec["device"] in ("refaccel:0", "refaccel:1")
+        if task_id.startswith("neg"):
+            assert {c["result"]["outcome"] for c in rec["cells"] if c["op"].startswith("aten.neg")} == {"crashed"}
+        else:
+            assert {c["result"]["outcome"] for c in rec["cells"]} == {"ok"}
+    # each slot's log: a replacement starts on the device its slot had (w<i>.log, appended across incarnations)
+    logs = sorted((tmp_path / "workers").glob("w*.log"))
+    assert len(logs) == 2
