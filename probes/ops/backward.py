@@ -1,8 +1,9 @@
 """First-order backward on the device: gradients compared with the CPU's, path observed.
 
-The backward pass runs under the profiler (the autograd engine runs it on its device threads,
-where no ``TorchDispatchMode`` of the caller reaches): host copies inside it are fallback, and an
-op that has no kernel for the backend but ran anyway was served by the boxed fallback::
+The gradients judged come from a plain backward; off the host a second one runs under the
+profiler for the path (the autograd engine runs it on its device threads, where no
+``TorchDispatchMode`` of the caller reaches): host copies inside it are fallback, and an op that
+has no kernel for the backend but ran anyway was served by the boxed fallback::
 
     grad = probe_backward(st, fn, unit, torch.float32)    # Autograd(path=native, outcome=ok, ...)
 """
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from opmatrix.backend.base import FallbackSeen
 from opmatrix.schema import Autograd, ExecPath, FallbackState, Outcome
 
 from . import observe
@@ -31,8 +33,6 @@ if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
     from torch.testing._internal.opinfo.core import SampleInput
-
-    from opmatrix.backend.base import FallbackSeen
 
     from .state import ProbeOptions
 
@@ -157,6 +157,20 @@ def backward_path(st: EngineState, observed: Observed, seen: FallbackSeen) -> Ex
     return ExecPath.native
 
 
+def _device_backward(st: EngineState, fn: Callable[..., object], unit: Unit, dtype: torch.dtype,
+                     recorder: CallTrace | None) -> tuple[list[Any] | None, BaseException | None, FallbackSeen]:
+    """One backward on the device: (gradients, None, fallback seen) or (None, the exception, seen)."""
+    seen: FallbackSeen | None = None
+    try:
+        with st.adapter.observe_fallback() as seen:
+            got = backward(fn, device_values(unit, st.adapter.device()), dtype, recorder, post=unit.post,
+                           mask=unit.grad_mask)
+        st.adapter.synchronize()
+    except Exception as exc:  # noqa: BLE001 - classified narrowly by the caller
+        return None, readable(exc), seen if seen is not None else FallbackSeen()
+    return got, None, seen
+
+
 def probe_backward(st: EngineState, fn: Callable[..., object], unit: Unit, dtype: torch.dtype,
                    references: dict[tuple[str, bool], Any] | None = None) -> Autograd | None:
     """The unit's backward on the device against the CPU's gradients (None: nothing to compare).
@@ -184,15 +198,16 @@ def probe_backward(st: EngineState, fn: Callable[..., object], unit: Unit, dtype
             raise NoGradient("OpInfo's samples mark no tensor as needing a gradient")
         raise NoGradient(why[0] if why else "no output of the CPU's call carries a gradient")
     uid = unit_id(unit, "backward")
+    # the gradients judged come from a plain backward; off the host a second one under the
+    # profiler is evidence of the path only (an instrument never changes the verdict)
+    got, error, seen = _device_backward(st, fn, unit, dtype, None)
     trace = CallTrace()
-    try:
-        with st.adapter.observe_fallback() as seen:
-            # on the host itself every backward kernel is native: the call tree would say nothing more
-            got = backward(fn, device_values(unit, st.adapter.device()), dtype,
-                           None if st.adapter.is_host else trace, post=unit.post, mask=unit.grad_mask)
-        st.adapter.synchronize()
-    except Exception as exc:  # noqa: BLE001 - classified narrowly just below
-        fault = fault_from_exception(st, uid, readable(exc))
+    if not st.adapter.is_host:
+        _, _, traced_seen = _device_backward(st, fn, unit, dtype, trace)
+        if traced_seen.state is FallbackState.observed or seen.state is FallbackState.unknown:
+            seen = traced_seen
+    if error is not None:
+        fault = fault_from_exception(st, uid, error)
         observed = trace.observed.state is FallbackState.observed or seen.state is FallbackState.observed
         path = ExecPath.fallback if observed else ExecPath.rejected if fault is None else ExecPath.unknown
         return Autograd(path=path, outcome=fault or (Outcome.error if observed else Outcome.ok))
