@@ -385,9 +385,13 @@ class OverloadCache:
                 merged = {}
             merged.update(self.fresh)
             fd, tmp = tempfile.mkstemp(dir=os.path.dirname(self.path), prefix=".overloads.")
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(merged, fh, sort_keys=True)
-            os.replace(tmp, self.path)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                    json.dump(merged, fh, sort_keys=True)
+                os.replace(tmp, self.path)
+            except BaseException:  # a full disk: no temporary file is left in the cache
+                os.unlink(tmp)
+                raise
             self.known, self.fresh = merged, {}
         except OSError:
             pass  # a read-only home: keep the answers in memory only

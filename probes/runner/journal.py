@@ -108,12 +108,16 @@ def rotate(path: Path) -> None:
             header = state.header or header
             merged.update(state.records)
     tmp = prev.with_name(prev.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        if header is not None:
-            fh.write(json.dumps(header) + "\n")
-        for task_id in sorted(merged):
-            fh.write(merged[task_id] + "\n")
-    os.replace(tmp, prev)
+    try:
+        with tmp.open("w", encoding="utf-8") as fh:
+            if header is not None:
+                fh.write(json.dumps(header) + "\n")
+            for task_id in sorted(merged):
+                fh.write(merged[task_id] + "\n")
+        os.replace(tmp, prev)
+    except BaseException:  # a full disk, an interrupt: no temporary file is left behind
+        tmp.unlink(missing_ok=True)
+        raise
     path.unlink()
 
 
