@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from .evidence import FORMAT, EvidenceKey
 from .worker import CODE_SUFFIXES, code_hash
 
 __all__ = ["HOST_IDENTIFIED", "IDENTITY_FILE", "cached_identity", "fingerprint", "store_identity"]
@@ -137,6 +138,12 @@ def cached_identity(out_dir: Path, fp: str | None) -> dict[str, Any] | None:
         return None
     if not isinstance(stored, dict) or stored.get("fingerprint") != fp or not isinstance(stored.get("identity"), dict):
         return None
+    if stored.get("format") != FORMAT:  # written for another evidence-key format: a miss (one worker start)
+        return None
+    try:
+        EvidenceKey.from_identity(stored["identity"])
+    except ValueError:  # lacks what a key needs: a miss
+        return None
     return stored["identity"]
 
 
@@ -147,7 +154,7 @@ def store_identity(out_dir: Path, fp: str | None, identity: Mapping[str, Any]) -
     path = out_dir / IDENTITY_FILE
     tmp = path.with_name(path.name + ".tmp")
     try:
-        tmp.write_text(json.dumps({"fingerprint": fp, "identity": dict(identity)}, sort_keys=True), encoding="utf-8")
+        tmp.write_text(json.dumps({"format": FORMAT, "fingerprint": fp, "identity": dict(identity)}, sort_keys=True), encoding="utf-8")
         os.replace(tmp, path)
     except OSError:
         tmp.unlink(missing_ok=True)

@@ -29,6 +29,7 @@ from typing import Any
 
 from . import zygote
 from .devices import RunDevices
+from .evidence import EvidenceKey
 from .executor import Executor, LocalExecutor, Worker
 from .header import header_line
 from .identity import IDENTITY_FILE, cached_identity, fingerprint, store_identity
@@ -159,10 +160,7 @@ class Run:
     # -- messages ----------------------------------------------------------------------------
 
     def _key(self, identity: Mapping[str, Any]) -> str:
-        return (
-            f"torch={identity['torch']}|{identity['adapter']}|ops={self.options.get('op_source_hash', '')}"
-            f"|code={identity.get('code', '')}"
-        )
+        return str(EvidenceKey.from_identity(identity, str(self.options.get("op_source_hash", ""))))
 
     def _on_ready(self, handle: Worker, identity: dict[str, Any]) -> None:
         handle.ready = True

@@ -1,4 +1,4 @@
-"""The op engine's checkpoint: a named, versioned batch that round-trips, and anything else is refused by name."""
+"""Typed records: the op checkpoint (a named, versioned batch; anything else refused by name) and the run's evidence key."""
 
 from __future__ import annotations
 
@@ -24,3 +24,12 @@ def test_another_format_is_refused_naming_both() -> None:
     blob = pickle.dumps(CheckpointBatch({}, format=FORMAT + 1), protocol=5)
     with pytest.raises(ValueError, match=f"format {FORMAT + 1}, this opmatrix reads format {FORMAT}"):
         load_batch(blob)
+
+
+def test_the_evidence_key_prints_as_journals_have_it_and_refuses_a_partial_identity() -> None:
+    from opmatrix.probes.runner.evidence import EvidenceKey
+
+    key = EvidenceKey.from_identity({"torch": "2.13.0 git=abc", "adapter": "cpu", "code": "c0de"}, op_source="9f2e")
+    assert str(key) == "torch=2.13.0 git=abc|cpu|ops=9f2e|code=c0de"
+    with pytest.raises(ValueError, match="worker identity without adapter"):
+        EvidenceKey.from_identity({"torch": "2.13.0"})

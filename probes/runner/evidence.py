@@ -1,0 +1,44 @@
+"""The evidence key of a run: what its records rest on, as a named model printed once.
+
+A worker reports its identity (:func:`.worker` ``_setup``); the key is built from it once and
+printed into the journal header and, with each task's kind, id and payload, into every record's
+``evidence_key`` (:func:`.journal.task_key`). Reuse and resume match on that text::
+
+    key = EvidenceKey.from_identity({"torch": "2.13.0 git=abc", "adapter": "cpu"}, op_source="9f2e")
+    str(key)    # 'torch=2.13.0 git=abc|cpu|ops=9f2e|code='
+
+A field added to the key changes :data:`FORMAT`; an identity without a field the key needs is
+refused by name (never printed as an empty part that would match another build's key).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["FORMAT", "EvidenceKey"]
+
+#: the evidence key's format (its fields and how they print)
+FORMAT = 1
+
+
+@dataclass(frozen=True)
+class EvidenceKey:
+    """The torch build, the adapter's driver identity, the op source's hash and the probe code's hash."""
+
+    torch: str
+    adapter: str
+    op_source: str = ""
+    code: str = ""
+
+    @classmethod
+    def from_identity(cls, identity: Mapping[str, object], op_source: str = "") -> EvidenceKey:
+        """The key of a worker's identity; ValueError naming what it lacks."""
+        missing = [name for name in ("torch", "adapter") if not isinstance(identity.get(name), str)]
+        if missing:
+            raise ValueError(f"worker identity without {' and '.join(missing)} (has {', '.join(sorted(identity)) or 'nothing'})")
+        return cls(torch=str(identity["torch"]), adapter=str(identity["adapter"]), op_source=op_source,
+                   code=str(identity.get("code") or ""))
+
+    def __str__(self) -> str:
+        return f"torch={self.torch}|{self.adapter}|ops={self.op_source}|code={self.code}"
