@@ -115,11 +115,12 @@ def test_cpu_workload_compiles_with_inductor(tmp_path, monkeypatch):
     from opmatrix.schema import load_matrix
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor-cache"))
+    out = tmp_path / "out"  # the cache folder is not the probe's: --out must be empty or opmatrix's
     rc = main(["probe", "--backend", "cpu", "--suites", "workloads", "--workloads", "mlp", "--workload-dtypes", "float32",
-               "--workload-modes", "compile", "--compile-backend", "inductor", "--out", str(tmp_path), "--quiet",
+               "--workload-modes", "compile", "--compile-backend", "inductor", "--out", str(out), "--quiet",
                "--workers", "1"])
     assert rc == 0
-    [run] = load_matrix(tmp_path / "matrix.yaml").workloads
+    [run] = load_matrix(out / "matrix.yaml").workloads
     assert run.outcome.value == "ok" and run.compile is not None and run.compile.backend == "inductor"
     assert run.compile.speedup is not None and run.compile.compile_seconds > 0
     cache = run.compile.cache
