@@ -13,5 +13,5 @@ __all__ = ["TASK_HANDLERS"]
 TASK_HANDLERS: dict[str, str] = {
     "op": "opmatrix.probes.ops.handler:HANDLER",
     "runtime": "opmatrix.probes.runtime.checks:HANDLER",
-    "workload": "opmatrix.probes.workloads.handler:HANDLER",
+    "workload": "opmatrix.probes.workloads.kind:HANDLER",
 }

@@ -173,6 +173,9 @@ class TestHandler:
                skip_rest: Skip | None) -> TaskRecord:
         return handle(ctx, task, progress, skip, skip_rest)
 
+    def unit_timeout(self, task: Task, unit: str, timeout: float) -> float:
+        return timeout
+
     def fault_record(self, task: Task, skip: Skip) -> TaskRecord:
         text = f"{skip.outcome}: {skip.message}".strip()
         return TaskRecord(task=task.id, source=task.payload["source"], dtype="float32", outcome=skip.outcome,

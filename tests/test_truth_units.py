@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from opmatrix.backend.base import Adapter, bringup_check
 from opmatrix.probes.ops import observe
 from opmatrix.probes.ops.faults import SkipPlan
-from opmatrix.probes.runner.plan import COMPILE_TIMEOUT_FACTOR, unit_limit
+from opmatrix.probes.runner.plan import COMPILE_TIMEOUT_FACTOR
 from opmatrix.probes.runner.runner import fault_budget
 from opmatrix.probes.runner.task import Skip
 
@@ -161,9 +161,18 @@ def test_the_host_computes_a_unit_only_when_the_cpu_takes_its_layout() -> None:
 
 def test_a_unit_that_compiles_gets_more_time_before_it_is_hung() -> None:
     """inductor compiling a workload took over 60 s on a loaded machine: slow, not hung."""
-    assert unit_limit(60, "3/contiguous/eager") == 60 and unit_limit(60, None) == 60
-    assert unit_limit(60, "3/contiguous/compile") == unit_limit(60, "workload:mlp|float32|compile:inference") == (
-        60 * COMPILE_TIMEOUT_FACTOR)
+    from opmatrix.probes.handlers import TASK_HANDLERS
+    from opmatrix.probes.runner.task import Task, resolve_handler
+
+    op, workload = (resolve_handler(TASK_HANDLERS[k]) for k in ("op", "workload"))
+    softmax = Task("softmax|float32", "op", {"source": "softmax", "dtype": "float32"})
+    assert op.unit_timeout(softmax, "3/contiguous/eager", 60) == 60
+    assert op.unit_timeout(softmax, "3/contiguous/compile", 60) == 60 * COMPILE_TIMEOUT_FACTOR
+    # a workload's mode is in its payload: every step of a compile-mode task compiles
+    eager = Task("workload:mlp|float32|eager", "workload", {"workload": "mlp", "dtype": "float32", "mode": "eager"})
+    compiled = Task("workload:mlp|float32|compile", "workload", {"workload": "mlp", "dtype": "float32", "mode": "compile"})
+    assert workload.unit_timeout(eager, f"{eager.id}:inference", 60) == 60
+    assert workload.unit_timeout(compiled, f"{compiled.id}:inference", 60) == 60 * COMPILE_TIMEOUT_FACTOR
 
 
 def test_fault_budget_grows_with_units() -> None:

@@ -1,7 +1,9 @@
 """The runner's ``op`` task kind: one OpInfo at one dtype (payload ``{"source", "dtype", "options"}``).
 
 :data:`HANDLER` runs a task through the engine (:func:`.engine.handle`) in a worker and, when a
-task faults with every unit skipped, builds the record the runner writes for it.
+task faults with every unit skipped, builds the record the runner writes for it. The runner
+resolves it too (deadlines, fault records): this module imports the engine (torch, OpInfo) only
+when a task runs.
 """
 
 from __future__ import annotations
@@ -9,9 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from opmatrix.probes.runner import Skip, Task, WorkerContext
-from opmatrix.schema import ErrorInfo, TaskId, TaskRecord
-
-from . import engine
+from opmatrix.probes.runner.plan import COMPILE_TIMEOUT_FACTOR
+from opmatrix.schema import ErrorInfo, TaskId, TaskRecord, UnitId
 
 __all__ = ["HANDLER", "OpHandler"]
 
@@ -21,7 +22,17 @@ class OpHandler:
 
     def handle(self, ctx: WorkerContext, task: Task, progress: Callable[[str], None], skip: Mapping[str, Skip],
                skip_rest: Skip | None) -> TaskRecord:
+        from . import engine  # the worker's imports, not the runner's
+
         return engine.handle(ctx, task, progress, skip, skip_rest)
+
+    def unit_timeout(self, task: Task, unit: str, timeout: float) -> float:
+        """A unit's compile step (``3/contiguous/compile``) compiles: it gets the compile factor."""
+        try:
+            step = UnitId.parse(unit).step
+        except ValueError:  # not a unit of this engine's: the plain deadline
+            return timeout
+        return timeout * COMPILE_TIMEOUT_FACTOR if step == "compile" else timeout
 
     def fault_record(self, task: Task, skip: Skip) -> TaskRecord:
         """The task itself faulted: the fault on the task, source and dtype from its payload (else its id)."""

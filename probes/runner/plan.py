@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,11 +16,11 @@ from typing import Any
 
 from opmatrix.schema import FaultOutcome
 
-from .task import Skip, Task
+from .task import Skip, Task, resolve_handler
 
 __all__ = ["COMPILE_TIMEOUT_FACTOR", "MAX_NODE_LOSSES", "MAX_STARTUP_FAILURES", "MAX_TASK_FAULTS", "Aborted", "Job", "RunSummary",
            "default_max_restarts", "confirmed", "fault_budget", "ordered", "retry_in_fresh_worker", "sigterm_as_interrupt",
-           "unit_limit"]
+           "unit_timeout"]
 
 #: faults any task may cause before its remaining units are listed as not run
 MAX_TASK_FAULTS = 3
@@ -40,9 +40,14 @@ def fault_budget(units: int) -> int:
 COMPILE_TIMEOUT_FACTOR = 5
 
 
-def unit_limit(timeout: float, unit: str | None) -> float:
-    """Seconds a unit may run without progress before it is called hung."""
-    return timeout * COMPILE_TIMEOUT_FACTOR if unit is not None and "compile" in unit else timeout
+
+
+def unit_timeout(handlers: Mapping[str, str], job: Job | None, unit: str | None, timeout: float) -> float:
+    """Seconds ``unit`` may run without progress before it is called hung: its task kind's handler
+    says (a unit that compiles gets more); ``timeout`` without a unit."""
+    if job is None or unit is None:
+        return timeout
+    return resolve_handler(handlers[job.task.kind]).unit_timeout(job.task, unit, timeout)
 
 
 #: consecutive workers that die before becoming ready before the run gives up

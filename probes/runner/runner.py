@@ -46,7 +46,7 @@ from .plan import (
     default_max_restarts,
     fault_budget,
     retry_in_fresh_worker,
-    unit_limit,
+    unit_timeout,
 )
 from .task import Skip, Task, resolve_handler
 from .worker import WorkerSpec
@@ -275,7 +275,7 @@ class Run:
             tail = handle.log_tail()
             self._lost(handle, fault=True)
             if job is not None:
-                limit = unit_limit(self.timeout, unit) if unit is not None else self.grace
+                limit = unit_timeout(self.handlers, job, unit, self.timeout) if unit is not None else self.grace
                 what = f"no progress within {limit:g}s" + ("" if unit is not None else " of the task's start")
                 self._fault(job, unit, Skip("hung", f"{what}\n{tail}".strip()))
 
@@ -386,7 +386,7 @@ class Run:
             now = time.monotonic()
             for handle in self.workers.values():
                 if handle.look():  # a new unit: its deadline starts (at most ``poll`` late)
-                    handle.deadline = now + unit_limit(self.timeout, handle.unit)
+                    handle.deadline = now + unit_timeout(self.handlers, handle.job, handle.unit, self.timeout)
             self._expire(now)
             self.progress.tick()
 

@@ -147,6 +147,11 @@ class Handler(Protocol):
         """The record the runner writes itself when ``task`` faults even with every unit skipped."""
         ...
 
+    def unit_timeout(self, task: Task, unit: str, timeout: float) -> float:
+        """Seconds ``unit`` of ``task`` may run without progress before it is called hung (``timeout``
+        is ``--timeout``; a unit that compiles gets more, see ``plan.COMPILE_TIMEOUT_FACTOR``)."""
+        ...
+
 
 def check_kinds(tasks: Iterable[Task], handlers: Mapping[str, str]) -> None:
     """Refuse, naming it, a task kind that has no handler."""
@@ -166,7 +171,7 @@ def resolve_handler(target: str) -> Handler:
     handler = getattr(module, attr, None)
     if handler is None:
         raise ValueError(f"handler {target!r}: module {module_name!r} has no attribute {attr!r}")
-    missing = [m for m in ("handle", "fault_record") if not callable(getattr(handler, m, None))]
+    missing = [m for m in ("handle", "fault_record", "unit_timeout") if not callable(getattr(handler, m, None))]
     if missing:
         raise ValueError(f"handler {target!r}: {type(handler).__name__} has no {' or '.join(missing)} method")
     return cast(Handler, handler)

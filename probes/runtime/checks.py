@@ -65,6 +65,9 @@ class RuntimeHandler:
                skip_rest: Skip | None) -> RuntimeRecord:
         return handle(ctx, task, progress, skip, skip_rest)
 
+    def unit_timeout(self, task: Task, unit: str, timeout: float) -> float:
+        return timeout
+
     def fault_record(self, task: Task, skip: Skip) -> RuntimeRecord:
         """The check faulted its worker every time: an ``unknown`` check saying how."""
         text = f"{skip.outcome}: {skip.message}".strip()

@@ -32,7 +32,7 @@ from .catalog import TORCH_DTYPES, WORKLOADS, build
 from .observe import copies_during, device_peak, host_rss, reset_peak
 from .steps import CompileBackend, Stats
 
-__all__ = ["HANDLER", "WorkloadHandler", "plan_workload_tasks", "handle", "fault_result", "task_id"]
+__all__ = ["plan_workload_tasks", "handle", "fault_result", "task_id"]
 
 _EAGER = (WorkloadStep.to_device, WorkloadStep.inference, WorkloadStep.training, WorkloadStep.state_dict)
 _COMPILE = (WorkloadStep.to_device, WorkloadStep.inference, WorkloadStep.dynamic_shapes, WorkloadStep.mutation,
@@ -168,17 +168,3 @@ def handle(ctx: WorkerContext, task: Task, progress: Callable[[str], None], skip
     torch._dynamo.reset() if backend is not None else None
     return WorkloadRecord(task=task.id, result=result, evidence_key=ctx.adapter.evidence_key())
 
-
-class WorkloadHandler:
-    """Workload tasks (payload ``{"workload", "dtype", "mode", "seed"}``)."""
-
-    def handle(self, ctx: WorkerContext, task: Task, progress: Callable[[str], None], skip: Mapping[str, Skip],
-               skip_rest: Skip | None) -> WorkloadRecord:
-        return handle(ctx, task, progress, skip, skip_rest)
-
-    def fault_record(self, task: Task, skip: Skip) -> WorkloadRecord:
-        """The workload faulted its worker every time: the fault as its outcome."""
-        return fault_result(task, skip.outcome, f"{skip.outcome}: {skip.message}".strip())
-
-
-HANDLER = WorkloadHandler()
