@@ -15,7 +15,7 @@ $(PY):
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
 	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
-	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install -q --disable-pip-version-check -e '.[test,dev,docs]'
+	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install -q --disable-pip-version-check -e '.[test,dev,docs,ray]'
 	touch $(STAMP)
 
 setup: $(STAMP)
