@@ -61,7 +61,7 @@ CASES = [
     (["probe", "--backend", "cpu", "--runtime-only", "--no-runtime"], "--runtime-only and --no-runtime: choose one"),
     (["probe", "--backend", "", "--ops", "add"], "--backend: empty"),
     (["probe", "--backend", "cpu", "--shard", "3/2"], "--shard '3/2': expected I/N"),
-    (["probe", "--backend", "cpu", "--devices", "a"], "--devices: expected device indices"),
+    (["probe", "--backend", "cpu", "--devices", "a"], "--devices: expected"),
     (["probe", "--backend", "cpu", "--ops", "nosuchop_zz"], "--ops: 'nosuchop_zz' matches no OpInfo"),
     (["probe", "--backend", "cpu", "--ops", "add", "--compile-backend", "inductr"],
      "--compile-backend: 'inductr' is not a torch.compile backend (registered: aot_eager"),
