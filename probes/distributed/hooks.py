@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from opmatrix.schema import Matrix
 
 __all__ = ["attach_distributed"]
 
 
-def attach_distributed(matrix: Any, backend: str, generation: str | None, out: Path, *, progress: bool) -> Any:
+def attach_distributed(matrix: Matrix, backend: str, generation: str | None, out: Path, *, progress: bool) -> Matrix:
     """Run the distributed suite for ``backend`` and return ``matrix`` with its ``distributed`` section."""
     from .suite import run_suite
 

@@ -147,7 +147,7 @@ def running() -> bool:
     return _OURS[0] and getattr(forkserver._forkserver, "_forkserver_pid", None) is not None
 
 
-def _answer(conn: Connection, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+def _answer(conn: Connection, fn: Callable[..., object], args: tuple[object, ...]) -> None:
     try:
         conn.send((True, fn(*args)))
     except Exception as exc:  # noqa: BLE001 - the asker falls back to doing it itself
@@ -157,7 +157,7 @@ def _answer(conn: Connection, fn: Callable[..., Any], args: tuple[Any, ...]) -> 
         conn.close()
 
 
-def ask(fn: Callable[..., Any], *args: Any) -> tuple[bool, Any]:
+def ask(fn: Callable[..., object], *args: object) -> tuple[bool, object]:
     """``(True, fn(*args))`` computed in a child forked from the run's zygote once its imports are
     done (the fork request waits for them), or ``(False, why)`` when no zygote runs or it failed:
     the caller then does the work itself. ``fn`` and its result must pickle."""
@@ -169,7 +169,7 @@ def ask(fn: Callable[..., Any], *args: Any) -> tuple[bool, Any]:
     try:
         child.start()
         send.close()
-        answer: tuple[bool, Any] = receive.recv()
+        answer: tuple[bool, object] = receive.recv()
     except (OSError, EOFError) as exc:  # the zygote died while importing, or the child did
         answer = False, f"the zygote did not answer: {exc!r}"
     except BaseException:  # interrupted: a request still queued would fork a child with no one to answer

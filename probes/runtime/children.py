@@ -19,10 +19,13 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
     from opmatrix.backend.base import Adapter
+    from opmatrix.probes.runner.zygote import ProcessContext
 
 __all__ = ["ChildResult", "child_main", "describe_exit", "run_forked", "run_started", "work"]
 
@@ -145,7 +148,7 @@ def _payload_message(data: bytes) -> str:
         return ""
 
 
-def child_main(spec: str, generation: str | None, conn: Any, mode: str) -> None:
+def child_main(spec: str, generation: str | None, conn: Connection, mode: str) -> None:
     """Target of spawned / forkserver children: initialise the backend, work, report, then ``mode``.
 
     ``mode``: ``ok`` reports and returns; ``crash`` reports and then dies of SIGSEGV (no core file).
@@ -173,7 +176,7 @@ def run_started(method: str, spec: str, generation: str | None, deadline: float,
     """Start a ``method`` (spawn / forkserver) child running :func:`child_main`; wait for it."""
     import multiprocessing as mp
 
-    ctx: Any = mp.get_context(method)
+    ctx = cast("ProcessContext", mp.get_context(method))
     if method == "forkserver":
         ctx.set_forkserver_preload(["torch"])
     recv, send = ctx.Pipe(duplex=False)

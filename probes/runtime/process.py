@@ -28,6 +28,8 @@ from .spec import Verdict, failed, not_applicable, passed, unknown
 if TYPE_CHECKING:
     from opmatrix.backend.base import Adapter
 
+    from .initfail import InitFaultMode
+
 __all__ = ["CASES", "CaseEnv", "SquaresDataset", "device_type_of"]
 
 #: deadline for one child (the case as a whole has its own, larger one)
@@ -280,7 +282,7 @@ def case_init_messages(env: CaseEnv) -> Verdict:
                        "(no fault modes declared in opmatrix.probes.runtime.initfail.INIT_FAULT_MODES)")
     seen, problems = [], []
     for mode in modes:
-        def provoke(mode: Any = mode) -> str:
+        def provoke(mode: InitFaultMode = mode) -> str:
             os.environ.update(dict(mode.env))
             initialise(env.adapter())
             return "initialised"

@@ -12,16 +12,19 @@ from __future__ import annotations
 import io
 import pickle
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .apis import NOT_SERVED
 from .context import Probe, same_values, sample
 from .spec import Verdict, failed, not_applicable, passed, unknown
 
+if TYPE_CHECKING:
+    import torch
+
 __all__ = ["check_rng", "check_serialization"]
 
 
-def _round_trip(state: dict[str, Any], map_location: Any) -> dict[str, Any]:
+def _round_trip(state: dict[str, Any], map_location: torch.device | str) -> dict[str, Any]:
     import torch
 
     buf = io.BytesIO()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = ["compiled_inference", "dynamic_shapes", "mutation", "custom_op", "timings"]
 
-_CUSTOM: list[Any] = []
+_CUSTOM: list[Callable[[torch.Tensor, float], torch.Tensor]] = []
 
 
 def _counters() -> tuple[int, list[str], int]:
@@ -122,7 +122,7 @@ def mutation(run: Run, backend: CompileBackend) -> StepResult:
                       evidence=why or "in-place mutation of a graph input matches eager", max_abs_error=err)
 
 
-def _custom() -> Any:
+def _custom() -> Callable[[torch.Tensor, float], torch.Tensor]:
     if not _CUSTOM:
         @torch.library.custom_op("opmatrix_wl::scale_shift", mutates_args=())
         def scale_shift(x: torch.Tensor, scale: float) -> torch.Tensor:

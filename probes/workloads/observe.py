@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import torch
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     from opmatrix.backend.base import Adapter
 
 __all__ = ["copies_during", "host_rss", "device_peak", "reset_peak"]
@@ -43,7 +45,7 @@ def host_rss() -> int | None:
     return None
 
 
-def _module(adapter: Adapter) -> Any:
+def _module(adapter: Adapter) -> ModuleType | None:
     return getattr(torch, adapter.device_type, None) if adapter.device_type != "cpu" else None
 
 
