@@ -233,11 +233,13 @@ def plan_probe(opts: ProbeOptions) -> ProbePlan:
 
     workloads = workload_tasks(opts) if "workloads" in suites else []  # user factories checked before op planning
     if "ops" in suites:
+        from opmatrix.probes.handlers import TASK_HANDLERS
         from opmatrix.probes.ops import source as op_source
         from opmatrix.probes.runner import zygote
+        from opmatrix.probes.runner.task import warm_modules
 
         if not op_source.index_cached():  # a first run: the zygote imports op_db once, for all
-            if zygote.start_early(("op",)):
+            if zygote.start_early(warm_modules(TASK_HANDLERS, ("op",))):
                 answered, index = zygote.ask(op_source.index_data)
                 if not (answered and op_source.adopt_index(index)):
                     zygote.give_up()  # it failed: planning imports op_db itself, and workers are spawned

@@ -173,6 +173,8 @@ class TestHandler:
                skip_rest: Skip | None) -> TaskRecord:
         return handle(ctx, task, progress, skip, skip_rest)
 
+    warm: str | None = None  # a test may name a module (one that fails to import: the zygote dies)
+
     def unit_timeout(self, task: Task, unit: str, timeout: float) -> float:
         return timeout
 

@@ -36,7 +36,8 @@ if __name__ == "__main__":
     if "early" in sys.argv[3:]:  # what a first run's planning does while it builds OpInfo's name index
         zygote.start_early(())
     if "boom" in sys.argv[3:]:  # the zygote's imports fail: it dies before it forks anything
-        zygote.WARM["test"] = "boom_warm"
+        import tests.runner_handlers as test_kind
+        test_kind.HANDLER.warm = "boom_warm"
     tasks = make_tasks(8, units=2, sleep=0.3, pid_dir=sys.argv[2], faults={"t1": {"u0": "segv"}})
     # one worker at a time: every worker that starts runs a unit (the crash leaves work only it can
     # do), so which processes ran and where they came from never depends on how fast each started
@@ -146,7 +147,8 @@ from opmatrix.probes.ops import source
 from opmatrix.probes.runner import zygote
 if __name__ == "__main__":
     if len(sys.argv) > 1:  # a zygote whose imports fail (it dies before it can answer)
-        zygote.WARM["op"] = sys.argv[1]
+        from opmatrix.probes.ops.handler import HANDLER
+        HANDLER.warm = sys.argv[1]
     plan = plan_probe(ProbeOptions(backend="cpu", ops=("add", "softmax"), no_runtime=True))
     workers = zygote.start_method(replacement=True)  # how the run's workers would start
     zygote.stop()

@@ -20,6 +20,9 @@ __all__ = ["HANDLER", "OpHandler"]
 class OpHandler:
     """Operator probe tasks, ``source|dtype``."""
 
+    #: OpInfo and the compile check's front end, imported once by the zygote
+    warm: str | None = "opmatrix.probes.ops.warm"
+
     def handle(self, ctx: WorkerContext, task: Task, progress: Callable[[str], None], skip: Mapping[str, Skip],
                skip_rest: Skip | None) -> TaskRecord:
         from . import engine  # the worker's imports, not the runner's

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from .board import UnitBoard
 from .carry import read_carried
 from .messages import Stop, ToWorker
+from .task import warm_modules
 from .worker import WorkerSpec, worker_main
 from .zygote import ProcessContext, context, give_up, stop
 
@@ -179,14 +180,14 @@ def spawn_worker(slot: int, spec: WorkerSpec, *, replacement: bool = False) -> W
     carry = Path(spec.carry_path) if spec.carry_path else None
     if carry is not None:
         carry.write_bytes(b"")
-    ctx = context(spec.kinds, replacement=replacement)
+    ctx = context(warm_modules(spec.handlers, spec.kinds), replacement=replacement)
     try:
         process, parent_end = _start(slot, spec, ctx)
     except (OSError, EOFError):  # the zygote died (its imports raised) or could not start (its socket)
         if ctx.get_start_method() == "spawn":
             raise
         give_up()  # this worker and every later one is spawned
-        process, parent_end = _start(slot, spec, context(spec.kinds))
+        process, parent_end = _start(slot, spec, context(warm_modules(spec.handlers, spec.kinds)))
     return WorkerHandle(slot=slot, process=process, conn=parent_end, log=log, log_offset=offset, board=board,
                         carry=carry)
 

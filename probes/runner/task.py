@@ -55,6 +55,7 @@ __all__ = [
     "WorkerPoisoned",
     "check_kinds",
     "resolve_handler",
+    "warm_modules",
 ]
 
 
@@ -147,6 +148,9 @@ class Handler(Protocol):
         """The record the runner writes itself when ``task`` faults even with every unit skipped."""
         ...
 
+    #: a module a worker of this kind imports before its first task (the zygote preloads it), or None
+    warm: str | None
+
     def unit_timeout(self, task: Task, unit: str, timeout: float) -> float:
         """Seconds ``unit`` of ``task`` may run without progress before it is called hung (``timeout``
         is ``--timeout``; a unit that compiles gets more, see ``plan.COMPILE_TIMEOUT_FACTOR``)."""
@@ -158,6 +162,12 @@ def check_kinds(tasks: Iterable[Task], handlers: Mapping[str, str]) -> None:
     unknown = sorted({t.kind for t in tasks} - set(handlers))
     if unknown:
         raise ValueError(f"no handler for task kind {unknown[0]!r} (known: {', '.join(sorted(handlers)) or 'none'})")
+
+
+def warm_modules(handlers: Mapping[str, str], kinds: Iterable[str]) -> tuple[str, ...]:
+    """The modules workers of task ``kinds`` import before their first task (their handlers' ``warm``)."""
+    found = (getattr(resolve_handler(handlers[k]), "warm", None) for k in kinds if k in handlers)
+    return tuple(dict.fromkeys(w for w in found if w))
 
 
 @functools.cache

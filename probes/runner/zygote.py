@@ -30,8 +30,8 @@ spawns that worker and every later one until it ends.
 
 Otherwise the server starts with the first worker that needs it and is stopped when the run ends
 (:func:`stop`), so each run's workers see that run's environment and preloads: torch for every
-run, and for runs of operator probes also OpInfo and the compile check's front end
-(:mod:`opmatrix.probes.ops.warm`). Should the parent die, the server exits with it, and the
+run, and the modules the run's task kinds name (their handlers' ``warm``: for operator probes
+OpInfo and the compile check's front end). Should the parent die, the server exits with it, and the
 workers with the server.
 """
 
@@ -51,8 +51,6 @@ __all__ = ["PRELOAD", "ask", "context", "give_up", "running", "short_socket_dir"
 
 #: the module the forkserver imports before it forks any worker
 PRELOAD = "opmatrix.probes.runner.preload"
-#: what a task kind's workers import besides torch, imported by the server too
-WARM = {"op": "opmatrix.probes.ops.warm"}
 _ENV = "OPMATRIX_WORKER_START"
 
 
@@ -114,8 +112,9 @@ def short_socket_dir() -> str:
     return str(current)  # nowhere short to go: a failed bind makes the run spawn its workers (pool)
 
 
-def context(kinds: tuple[str, ...] = (), *, replacement: bool = False) -> ProcessContext:
-    """The multiprocessing context a worker of a run with task ``kinds`` starts in."""
+def context(warm: tuple[str, ...] = (), *, replacement: bool = False) -> ProcessContext:
+    """The multiprocessing context a worker starts in; ``warm``: the modules its tasks import
+    besides torch (the server imports them once, before it forks)."""
     ctx = cast(ProcessContext, mp.get_context(start_method(replacement)))
     if ctx.get_start_method() == "forkserver":
         from multiprocessing import forkserver
@@ -123,16 +122,16 @@ def context(kinds: tuple[str, ...] = (), *, replacement: bool = False) -> Proces
         short_socket_dir()
 
         if getattr(forkserver._forkserver, "_forkserver_pid", None) is None:  # the next start is ours
-            ctx.set_forkserver_preload([PRELOAD, *(WARM[k] for k in kinds if k in WARM)])
+            ctx.set_forkserver_preload([PRELOAD, *warm])
             _OURS[0] = True
     return ctx
 
 
-def start_early(kinds: tuple[str, ...]) -> bool:
+def start_early(warm: tuple[str, ...]) -> bool:
     """Start the zygote now, so that its imports overlap the caller's own work (a first run asks
     it for OpInfo's name index before it can plan); the run's first workers then fork from it too.
     False when workers are spawned here (no zygote was started)."""
-    ctx = context(kinds, replacement=True)
+    ctx = context(warm, replacement=True)
     if ctx.get_start_method() == "forkserver" and _OURS[0]:
         from multiprocessing import forkserver
 

@@ -65,6 +65,8 @@ class RuntimeHandler:
                skip_rest: Skip | None) -> RuntimeRecord:
         return handle(ctx, task, progress, skip, skip_rest)
 
+    warm: str | None = None
+
     def unit_timeout(self, task: Task, unit: str, timeout: float) -> float:
         return timeout
 

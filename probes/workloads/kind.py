@@ -18,6 +18,8 @@ __all__ = ["HANDLER", "WorkloadHandler"]
 class WorkloadHandler:
     """Workload tasks: one workload x dtype x mode."""
 
+    warm: str | None = None
+
     def handle(self, ctx: WorkerContext, task: Task, progress: Callable[[str], None], skip: Mapping[str, Skip],
                skip_rest: Skip | None) -> WorkloadRecord:
         from .handler import handle
