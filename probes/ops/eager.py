@@ -62,6 +62,9 @@ def _staging_failed(st: EngineState, unit: Unit, uid: str, exc: BaseException, r
     if fault is None:
         result.path, result.outcome = ExecPath.rejected, Outcome.ok
         result.note = "the device refused the inputs while staging them (before the op ran)"
+        claims = st.adapter.claimed_dtypes()
+        if claims is not None and dname in claims:  # the refusal and the runtime's claim disagree: both are said
+            result.note += f"; yet the runtime claims device memory holds {dname}"
     else:
         result.path, result.outcome = ExecPath.unknown, fault
         result.note = "staging the inputs on the device failed (before the op ran)"
