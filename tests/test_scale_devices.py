@@ -116,3 +116,27 @@ def test_a_crash_on_one_device_replaces_that_devices_worker_on_the_same_device(
     # each slot's log: a replacement starts on the device its slot had (w<i>.log, appended across incarnations)
     logs = sorted((tmp_path / "workers").glob("w*.log"))
     assert len(logs) == 2
+
+
+def test_executor_ray_without_ray_exits_2_with_the_install_line(tmp_path: Path) -> None:
+    """Ray hidden from the import system (as on a machine without the extra): exit 2, the pip line."""
+    import subprocess
+    import sys
+
+    code = ("import importlib.util, sys; real = importlib.util.find_spec; "
+            "importlib.util.find_spec = lambda name, *a: None if name == 'ray' else real(name, *a); "
+            "from opmatrix.cli import main; sys.exit(main(sys.argv[1:]))")
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-c", code, "probe", "--backend", "refaccel", "--ops", "add", "--no-runtime",
+                           "--executor", "ray", "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert 'pip install "opmatrix[ray]"' in done.stderr
+    assert not out.exists()  # nothing written
+
+
+@pytest.mark.parametrize("devices", ["x", "0,0", "all,1"])
+def test_bad_devices_exit_2(devices: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from opmatrix.cli import main
+
+    assert main(["probe", "--backend", "refaccel", "--ops", "add", "--devices", devices]) == 2
+    assert "--devices" in capsys.readouterr().err
