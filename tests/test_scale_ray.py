@@ -105,3 +105,17 @@ def test_a_unit_past_its_deadline_kills_the_actor_and_is_hung(cluster: Any, tmp_
                for c in r["cells"]}
     assert sorted(by_unit.values()) == ["hung", "ok", "ok"], by_unit
     assert summary.faults == {"hung": 1}
+
+
+def test_resume_continues_a_local_journal_on_ray(cluster: None, tmp_path: Path) -> None:
+    """A run cut short locally (its last record gone) is finished by --executor ray: one journal, no duplicate."""
+    args = ["probe", "--backend", "refaccel", "--generation", "g2", "--ops", "add,mul", "--dtypes", "float32",
+            "--no-runtime", "--compile", "off", "--quiet", "--out", str(tmp_path)]
+    assert main(args) == 0
+    journal = tmp_path / "journal.jsonl"
+    lines = journal.read_text().splitlines()
+    journal.write_text("\n".join(lines[:-1]) + "\n")  # as if the local run had been interrupted
+    assert main([*args, "--resume", "--executor", "ray"]) == 0
+    records = _records(tmp_path)
+    assert sorted(r["task"] for r in records) == ["add|float32", "mul|float32"]
+    assert [r.get("device") for r in records].count(None) == 1  # one record from each executor
