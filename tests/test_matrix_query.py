@@ -134,22 +134,30 @@ def test_load_from_file_and_the_example_matrix(example_matrix_path: Path, tmp_pa
 
 def test_the_validated_model_cache_is_keyed_by_content(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                        example_matrix_path: Path):
+    """Only a sealed matrix is cached; an edit is never served stale, a broken entry is a miss and
+    strictness is unchanged."""
     monkeypatch.setenv("OPMATRIX_CACHE_DIR", str(tmp_path / "cache"))
     path = tmp_path / "m.yaml"
-    # without its integrity block, so that the edits below are plain edits, not detected tampering
-    text = re.sub(r"^integrity:\n(?:  .*\n)+", "", example_matrix_path.read_text(), flags=re.M)
+    text = example_matrix_path.read_text()
+    assert re.search(r"^integrity:\n", text, flags=re.M)
     path.write_text(text)
     first = MatrixIndex.load(path).model
     (entry,) = (tmp_path / "cache" / "matrices").iterdir()
     assert MatrixIndex.load(path).model == first == load_matrix(path)  # served from the cache, equal
     path.write_text(text.replace("path: rejected", "path: fallback"))  # an edit is never served stale
-    assert MatrixIndex.load(path).query("aten.softmax.int", "float64", 3).path is ExecPath.fallback
+    with pytest.raises(ArtifactError, match="edited after it was written"):
+        MatrixIndex.load(path)
     entry.write_text("{corrupt")  # a broken entry is a miss, not an error
     path.write_text(text)
     assert MatrixIndex.load(path).model == first
+    assert entry.read_text() != "{corrupt"  # and the miss rewrote it
     path.write_text(text.replace("path: rejected", "path: rejectd"))  # strictness is unchanged
     with pytest.raises(ArtifactError, match="'rejectd' is not one of native"):
         MatrixIndex.load(path)
+    unsealed = tmp_path / "unsealed.yaml"  # an unsealed matrix loads but is never cached
+    unsealed.write_text(re.sub(r"^integrity:\n(?:  .*\n)+", "", text, flags=re.M))
+    assert load_matrix(unsealed).operators == first.operators
+    assert list((tmp_path / "cache" / "matrices").iterdir()) == [entry]
     monkeypatch.setenv("OPMATRIX_NO_CACHE", "1")
     assert cache_dir() is None
 
