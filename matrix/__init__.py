@@ -35,3 +35,16 @@ __all__ = [
     "read_journal",
     "rollup",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``opmatrix.matrix.Matrix``, the query facade's old name, still imports (with a warning):
+    callers written before it became :class:`MatrixIndex` keep working for one release."""
+    if name == "Matrix":
+        import warnings
+
+        warnings.warn("opmatrix.matrix.Matrix is now opmatrix.matrix.MatrixIndex (the artifact is "
+                      "opmatrix.schema.Matrix); the old name goes in the next release",
+                      DeprecationWarning, stacklevel=2)
+        return MatrixIndex
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

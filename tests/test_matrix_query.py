@@ -192,3 +192,11 @@ def test_a_written_matrix_is_its_own_first_cache_entry(tmp_path: Path, monkeypat
     assert hit == strict == cold == again and hit.operators[op][0].error == strict.operators[op][0].error
     assert again.integrity == strict.integrity is not None
     assert "\\ud800" in (strict.operators[op][0].error.message or "")
+
+
+def test_the_facades_old_name_still_imports_with_a_warning(example_matrix_path: Path) -> None:
+    """``from opmatrix.matrix import Matrix`` (the name before MatrixIndex) works and says the new name."""
+    with pytest.warns(DeprecationWarning, match="MatrixIndex"):
+        from opmatrix.matrix import Matrix
+    assert Matrix is MatrixIndex
+    assert Matrix.load(example_matrix_path).query("aten.softmax.int", "float32", 3).path is ExecPath.composite
