@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
-import platform
 import re
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
+
+from opmatrix.probes.perf.environment import host_cpu
 
 __all__ = ["Run", "record", "DOC"]
 
@@ -53,19 +54,9 @@ def _memory_gib() -> str:
     return "? GiB"
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def machine() -> str:
     """Cores, memory and CPU model of this machine, for the machine column."""
-    return f"{os.cpu_count()} cores, {_memory_gib()}, {_cpu_model()}"
+    return f"{os.cpu_count()} cores, {_memory_gib()}, {host_cpu()}"
 
 
 def _load() -> float:

@@ -35,7 +35,8 @@ def power_mode(adapter: Adapter) -> str:
     return "unknown"
 
 
-def _host_cpu() -> str:
+def host_cpu() -> str:
+    """The CPU model from /proc/cpuinfo (else what platform knows): a line of a benchmark row, a field of a record."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -60,7 +61,7 @@ def environment_fields(adapter: Adapter) -> dict[str, Any]:
             "device_type": adapter.device_type,
             "device_name": devices[0].name if devices else "unknown",
             "device_count": len(devices),
-            "host_cpu": _host_cpu(),
+            "host_cpu": host_cpu(),
             "host_cores": os.cpu_count() or 1,
             "machine": f"{platform.system()} {platform.machine()} ({sys.platform})",
         },
