@@ -19,10 +19,9 @@ hardware) are not compared: that is a failure that names the difference.
 from __future__ import annotations
 
 import fnmatch
-from pathlib import Path
 
-from opmatrix.matrix.perfstats import comparison_groups, incomparable, ratio_ci
-from opmatrix.schema import ArtifactError, FallbackPolicy, FallbackState, load_model
+from opmatrix.matrix.perfstats import comparison_groups, incomparable, load_records, ratio_ci
+from opmatrix.schema import FallbackPolicy, FallbackState
 from opmatrix.schema.gate import CellRef, CellStatus, RequirementResult, Status
 from opmatrix.schema.perf import PerfRecord, PerfRequirement
 
@@ -30,18 +29,6 @@ __all__ = ["compare_records", "evaluate_perf", "load_records", "ratio_ci"]
 
 
 
-def load_records(directory: str | Path) -> dict[str, PerfRecord]:
-    """Every performance record (``*.yaml`` with ``kind: perf-record``) in ``directory``, by id."""
-    root = Path(directory)
-    if not root.is_dir():
-        raise ArtifactError([f"{root}: not a directory of performance records (write one with `opmatrix bench --out`)"])
-    records: dict[str, PerfRecord] = {}
-    for path in sorted(root.glob("*.yaml")):
-        rec = load_model(path, PerfRecord)
-        if rec.id in records:
-            raise ArtifactError([f"{path}: record id {rec.id!r} appears twice in {root}; keep one"])
-        records[rec.id] = rec
-    return records
 
 
 def compare_records(now: PerfRecord, before: PerfRecord, req: PerfRequirement) -> tuple[bool, str]:

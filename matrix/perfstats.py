@@ -12,10 +12,12 @@ from __future__ import annotations
 import random
 import statistics
 from collections.abc import Sequence
+from pathlib import Path
 
+from opmatrix.schema import ArtifactError, load_model
 from opmatrix.schema.perf import PerfRecord
 
-__all__ = ["RESAMPLES", "comparison_groups", "incomparable", "median_ratio", "ratio_ci"]
+__all__ = ["RESAMPLES", "comparison_groups", "incomparable", "load_records", "median_ratio", "ratio_ci"]
 
 RESAMPLES = 2000
 
@@ -70,3 +72,17 @@ def comparison_groups(now: PerfRecord, before: PerfRecord) -> tuple[list[list[fl
     which = "the baseline has" if b is None else "this record has" if a is None else "the two records timed"
     detail = "no calibration loop" if a is None or b is None else "different calibration loops or interpreters"
     return raw_now, raw_before, f" (raw times: {which} {detail}, so the machine's speed is not divided out)"
+
+
+def load_records(directory: str | Path) -> dict[str, PerfRecord]:
+    """Every performance record (``*.yaml`` with ``kind: perf-record``) in ``directory``, by id."""
+    root = Path(directory)
+    if not root.is_dir():
+        raise ArtifactError([f"{root}: not a directory of performance records (write one with `opmatrix bench --out`)"])
+    records: dict[str, PerfRecord] = {}
+    for path in sorted(root.glob("*.yaml")):
+        rec = load_model(path, PerfRecord)
+        if rec.id in records:
+            raise ArtifactError([f"{path}: record id {rec.id!r} appears twice in {root}; keep one"])
+        records[rec.id] = rec
+    return records

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from opmatrix.matrix.perfstats import comparison_groups, incomparable, ratio_ci
-from opmatrix.schema import ArtifactError, load_model
+from opmatrix.matrix.perfstats import comparison_groups, incomparable, load_records, ratio_ci
+from opmatrix.schema import ArtifactError
 from opmatrix.schema.perf import PerfRecord
 
 __all__ = ["PerfRow", "PerfView", "load_record_dir", "perf_view"]
@@ -87,19 +87,9 @@ class PerfView:
 
 def load_record_dir(path: str) -> dict[str, PerfRecord]:
     """Every performance record in ``path``, by id; exit 2 (ArtifactError) for a bad folder or file."""
-    from pathlib import Path
-
-    root = Path(path)
-    if not root.is_dir():
-        raise ArtifactError([f"{root}: not a directory of performance records (write one with `opmatrix bench --out`)"])
-    records: dict[str, PerfRecord] = {}
-    for file in sorted(root.glob("*.yaml")):
-        rec = load_model(file, PerfRecord)
-        if rec.id in records:
-            raise ArtifactError([f"{file}: record id {rec.id!r} appears twice in {root}; keep one"])
-        records[rec.id] = rec
+    records = load_records(path)
     if not records:
-        raise ArtifactError([f"{root}: no performance record (*.yaml) in it"])
+        raise ArtifactError([f"{path}: no performance record (*.yaml) in it"])
     return records
 
 
