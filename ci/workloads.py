@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import fnmatch
 
-from opmatrix.schema import CheckResult, Matrix, WorkloadRequirement, WorkloadResult
+from opmatrix.schema import CheckResult, FaultOutcome, Matrix, WorkloadRequirement, WorkloadResult
 from opmatrix.schema.gate import RequirementResult, Status
 from opmatrix.schema.text import cut
 
@@ -122,7 +122,10 @@ def _labels(labels: list[str]) -> str:
 def judge_run(req: WorkloadRequirement, run: WorkloadResult) -> list[str]:
     """What in one workload run violates ``req`` (empty: it passes)."""
     problems = []
-    if run.outcome.is_fault or run.error:
+    # a run's outcome is its worst step's, so ``error`` is a step's own (judged by that step below,
+    # and only when the requirement names it); the other faults mean the run itself broke
+    fault = run.outcome.fault
+    if (fault is not None and fault is not FaultOutcome.error) or run.error:
         problems.append(f"{run.outcome.value}: {run.error or 'the worker faulted'}")
     for step in req.steps:
         r = run.steps.get(step)

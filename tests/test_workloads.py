@@ -50,6 +50,19 @@ def test_gate_counts_host_fallback_ops_outside_the_allowed_patterns():
     assert judge_run(req, _run(inference=CheckResult.failed))[0].startswith("inference fail")
 
 
+def test_gate_judges_a_step_error_by_its_step_and_only_when_required():
+    """A compiled run whose training step was rejected reads ``error``; a requirement that does not
+    promise training passes it, one that does names the step, and a worker fault always blocks."""
+    data = _run(mode="compile").model_dump()
+    data["steps"]["training"] = {"result": "fail", "outcome": "error", "evidence": "rejected: no kernel"}
+    run = WorkloadResult.model_validate({**data, "outcome": "error"})
+    assert judge_run(WorkloadRequirement(names=["tinygpt"], mode="compile", steps=["to_device", "inference"]), run) == []
+    problems = judge_run(WorkloadRequirement(names=["tinygpt"], mode="compile", steps=["training"]), run)
+    assert len(problems) == 1 and problems[0].startswith("training fail: rejected")
+    crashed = WorkloadResult.model_validate({**data, "outcome": "crashed"})
+    assert judge_run(WorkloadRequirement(names=["tinygpt"], mode="compile", steps=["inference"]), crashed)[0].startswith("crashed")
+
+
 def test_gate_workload_missing_from_the_matrix_is_unknown_not_passed():
     matrix = build_matrix([], backend=BACKEND, evidence=EVIDENCE)
     [result] = evaluate_workloads(WorkloadRequirement(names=["mlp"]), rid="L3.w", level=3, blocking=True, matrix=matrix)
