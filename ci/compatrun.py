@@ -74,6 +74,16 @@ def _run(python: Path, args: list[str], timeout: float) -> tuple[bool, float, st
     return p.returncode == 0, time.monotonic() - t0, text[:300]
 
 
+def _generation(out: Path, runs: list[CompatRun], asked: str | None) -> str | None:
+    """The generation the versions' matrices name (each probed matrix records the one it ran on);
+    none when they disagree, so that the report proves no generation."""
+    seen = {load_matrix(out / f"torch-{r.torch}" / "matrix.yaml").backend.generation
+            for r in runs if (out / f"torch-{r.torch}" / "matrix.yaml").exists()}
+    if not seen:
+        return asked
+    return seen.pop() if len(seen) == 1 else None
+
+
 def matrix_cells(path: Path) -> dict[str, str]:
     """Cell label -> ``path/outcome`` for every cell of a matrix."""
     m = load_matrix(path)
@@ -118,12 +128,13 @@ def _version_run(version: str, args: CompatOptions, out: Path) -> CompatRun:
     if python is None or install is None:
         return CompatRun(torch=version, python=pyver, environment=env_name, error=why)
     checks = [install]
-    for name, cmd in (("doctor", ["-m", "opmatrix", "doctor", "--backend", args.backend]),
+    gen = ["--generation", args.generation] if args.generation else []
+    for name, cmd in (("doctor", ["-m", "opmatrix", "doctor", "--backend", args.backend, *gen]),
                       ("profiler", ["-m", "opmatrix.probes.perf.profcheck", args.backend])):
         ok, secs, text = _run(python, cmd, args.timeout)
         checks.append(CompatCheck(name=name, ok=ok, seconds=round(secs, 2), detail=text))
     where = out / f"torch-{version}"
-    probe = ["-m", "opmatrix", "probe", "--backend", args.backend, "--ops", ",".join(args.ops), "--dtypes", "float32",
+    probe = ["-m", "opmatrix", "probe", "--backend", args.backend, *gen, "--ops", ",".join(args.ops), "--dtypes", "float32",
              "--no-compile", "--no-runtime", "--workers", "1", "--quiet", "--out", str(where)]
     ok, secs, text = _run(python, probe, args.timeout)
     checks.append(CompatCheck(name="probe", ok=ok, seconds=round(secs, 2), detail=text))
@@ -145,7 +156,8 @@ def compat(args: CompatOptions) -> int:
         runs.append(run)
         status = run.error or ", ".join(f"{c.name} {'ok' if c.ok else 'FAILED'} ({c.seconds:.1f} s)" for c in run.checks)
         print(f"torch {version}: {status}; {len(run.cells)} cells")
-    report = CompatReport(kind="compat-report", backend=args.backend, ops=list(args.ops), runs=runs,
+    report = CompatReport(kind="compat-report", backend=args.backend, generation=_generation(out, runs, args.generation),
+                          ops=list(args.ops), runs=runs,
                           measured_at=dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat())
     dump_model(report, out / "compat.yaml", command=args.command_line())
     print(f"report: {out / 'compat.yaml'}")

@@ -84,8 +84,8 @@ def identity_problems(
         if now is not None and _device(now) != _device(rec):
             out.append(("records", f"{rid} was measured on {' / '.join(_device(now))}, its baseline on "
                                    f"{' / '.join(_device(rec))}: compare measurements of the same device"))
-    if compat is not None:  # a compat report names its backend only (opmatrix compat takes no generation)
-        wrong = _mismatch(compat.backend, None, contract, generation_optional=True)
+    if compat is not None:  # a report without a generation does not prove one (opmatrix compat --generation)
+        wrong = _mismatch(compat.backend, compat.generation, contract, generation_optional=False)
         if wrong:
             out.append(("compat", wrong.replace(", it is ", ", the report is ")))
     return out

@@ -50,6 +50,8 @@ class CompatOptions(Options):
 
     backend: str = option("cpu", help="the backend to probe under each version (a built-in name, "
                           "package.module:attr or privateuse1:package.module; default cpu)")
+    generation: str | None = option(None, help="device generation (refaccel: g1 or g2); the report records the "
+                                   "generation its matrices were probed on")
     torch: tuple[str, ...] = option(help="torch versions, e.g. 2.9.0,2.13.0")
     ops: tuple[str, ...] = option(("add", "mul", "mm", "softmax"),
                                   help="comma-separated OpInfo names probed under each version")

@@ -84,7 +84,7 @@ def compat(options: CompatOptions) -> int:
     from opmatrix.probes.planning import checked_adapter
     from opmatrix.schema import UsageError
 
-    checked_adapter(options.backend, None)  # what the per-version probes would refuse, refused before any
+    checked_adapter(options.backend, options.generation)  # what the per-version probes would refuse, refused first
     try:
         select_ops(list(options.ops))
     except UnknownOp as exc:

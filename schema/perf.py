@@ -289,6 +289,8 @@ class CompatReport(Model):
     schema_version: Literal[1] = 1
     kind: Literal["compat-report"]
     backend: str
+    generation: str | None = Field(None, description="the device generation the matrices were probed on "
+                                   "(none for backends without generations)")
     ops: list[str]
     runs: list[CompatRun]
     measured_at: str

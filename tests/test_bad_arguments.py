@@ -84,6 +84,7 @@ CASES = [
     (["compat", "--torch", "2.x"], "--torch: '2.x' is not a torch version"),
     (["compat", "--torch", "2.13.0", "--backend", "nosuchaccel"], "--backend: unknown backend 'nosuchaccel'"),
     (["compat", "--torch", "2.13.0", "--ops", ","], "--ops: empty"),
+    (["compat", "--torch", "2.13.0", "--backend", "refaccel", "--generation", "g9"], "--generation: refaccel has no generation 'g9'"),
     (["compat", "--torch", "2.13.0", "--ops", "no_such_op_xyz"], "--ops: 'no_such_op_xyz' matches no OpInfo"),
     (["compat", "--torch", "2.13.0", "--timeout", "0"], "--timeout: must be a finite number of seconds above 0"),
     # explain, merge, report

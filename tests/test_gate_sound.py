@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 import yaml
 
 from opmatrix.ci import Status, Verdict, evaluate_contract
@@ -168,6 +169,34 @@ def test_a_compat_report_of_another_backend_is_refused(tmp_path: Path) -> None:
     out = run_cli("gate", "--contract", str(tmp_path / "c.yaml"), "--compat", str(tmp_path / "compat.yaml"))
     assert out.returncode == 2, out.stdout + out.stderr
     assert "the contract is for refaccel g2, the report is cpu" in out.stderr
+
+
+@pytest.mark.parametrize(("generation", "said"), [("g1", "the report is refaccel g1"),
+                                                  (None, "the report is refaccel (no generation)")])
+def test_a_compat_report_of_another_or_no_generation_is_refused(tmp_path: Path, generation: str | None,
+                                                                said: str) -> None:
+    report = {"schema_version": 1, "kind": "compat-report", "backend": "refaccel", "generation": generation,
+              "ops": ["add"], "measured_at": "now",
+              "runs": [{"torch": "2.13.0", "python": "3.11.7", "environment": "x", "cells": {"a": "native/ok"}}]}
+    (tmp_path / "compat.yaml").write_text(yaml.safe_dump(report))
+    c = _contract_data(level=7, requirements=[{"level": 7, "compat": {"torch": ["2.13.0"]}}])
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(c))
+    out = run_cli("gate", "--contract", str(tmp_path / "c.yaml"), "--compat", str(tmp_path / "compat.yaml"))
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert f"the contract is for refaccel g2, {said}" in out.stderr
+
+
+@pytest.mark.slow
+def test_compat_records_the_generation_its_matrices_were_probed_on(tmp_path: Path) -> None:
+    out = run_cli("compat", "--backend", "refaccel", "--generation", "g1", "--torch",
+                  torch.__version__.split("+")[0], "--ops", "add", "--out", str(tmp_path / "c"))
+    assert out.returncode == 0, out.stdout + out.stderr
+    report = yaml.safe_load((tmp_path / "c" / "compat.yaml").read_text())
+    assert report["backend"] == "refaccel" and report["generation"] == "g1"
+    c = _contract_data(level=7, requirements=[{"level": 7, "compat": {"torch": [torch.__version__.split("+")[0]]}}])
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(c))
+    refused = run_cli("gate", "--contract", str(tmp_path / "c.yaml"), "--compat", str(tmp_path / "c" / "compat.yaml"))
+    assert refused.returncode == 2 and "the report is refaccel g1" in refused.stderr
 
 
 @pytest.mark.parametrize("samples", [[0.0] * 15, [1e-4] * 14 + [0.0]])
