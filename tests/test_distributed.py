@@ -274,3 +274,26 @@ def test_refaccel_g1_blocked_g2_passes(tmp_path: Path) -> None:
         else:
             assert result.verdict.value == "blocked"
             assert any("all_reduce.sum.bfloat16" in line and "does not support" in line for line in result.blocking)
+
+
+class _FinishesBetweenReadAndPoll:
+    """A rank that writes its result and exits 0 in the moment between the launcher's read of its
+    progress file and its ``poll()``: the race a busy machine hits now and then, made deterministic
+    (a real process cannot be scheduled into that window on demand)."""
+
+    def __init__(self, log: Path, case: str) -> None:
+        self.log, self.case, self.returncode = log, case, None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.log.write_text(json.dumps({"case": self.case, "event": "result", "rank": 0, "outcome": "ok"}) + "\n")
+            self.returncode = 0
+        return self.returncode
+
+
+def test_a_rank_that_finishes_as_it_is_polled_is_not_blamed(tmp_path: Path) -> None:
+    from opmatrix.probes.distributed.launch import _watch
+
+    rank = _FinishesBetweenReadAndPoll(tmp_path / "rank0.jsonl", "c1")
+    done, fault = _watch([rank], tmp_path, [{"id": "c1", "deadline": 5.0}])  # type: ignore[list-item]
+    assert (done, fault) == (1, None)

@@ -80,6 +80,10 @@ def _watch(procs: list[subprocess.Popen[bytes]], work: Path, cases: list[dict[st
         limit = case["deadline"] if begun else STARTUP_DEADLINE + case["deadline"]
         for r, p in enumerate(procs):
             if p.poll() is not None and r not in finished and r not in dies:
+                # the log was read before the exit was seen: a rank that wrote its result and then
+                # exited in between is read again (after its exit, the file is complete)
+                if any(e["case"] == case["id"] and e["event"] == "result" for e in _read(work / f"rank{r}.jsonl")):
+                    continue
                 why = f"rank {r} exited with {p.returncode} during {case['id']} (signal {-p.returncode})" \
                     if p.returncode and p.returncode < 0 else f"rank {r} exited with {p.returncode} during {case['id']}"
                 return done, _fault(case, "crashed", why, time.monotonic() - started)
