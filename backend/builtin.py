@@ -215,24 +215,41 @@ class PrivateUse1Adapter(Adapter):
 
     def preflight(self) -> list[str]:
         """The module imports and registers a PrivateUse1 device: a name and an allocator kernel."""
-        import torch
-
         try:
             self.setup()
         except Exception as exc:  # noqa: BLE001 - whatever the import raised is the message
             return [f"--backend {self.name}: cannot import {self.module!r}: {import_failure(exc)}"]
+        problem = self.registration_problem()
+        return [f"--backend {self.name}: {problem}"] if problem else []
+
+    def registration_problem(self) -> str | None:
+        """What the imported module failed to register (None when the device is usable): a device
+        name and the allocation kernels. A module found as a namespace package (a folder of that
+        name without ``__init__.py``, typically the package's source checkout in the current
+        directory) is named as the likely cause, since it hides the installed package."""
+        import sys
+
+        import torch
+
         missing = []
-        if self.device_type == "privateuseone":
+        if torch._C._get_privateuse1_backend_name() == "privateuseone":
             missing.append("a device name (torch.utils.rename_privateuse1_backend)")
         for op in _ALLOCATORS:
             if not torch._C._dispatch_has_kernel_for_dispatch_key(op, "PrivateUse1"):
                 missing.append(f"a PrivateUse1 kernel for {op}")
         if not missing:
-            return []
-        return [f"--backend {self.name}: importing {self.module!r} registered no PrivateUse1 device: it lacks "
-                f"{'; '.join(missing)}. On import the module must rename the PrivateUse1 backend, register its "
-                "device module (torch._register_device_module) and PrivateUse1 kernels for empty.memory_format, "
-                "empty_strided and copy_"]
+            return None
+        module = sys.modules.get(self.module)
+        where = ""
+        if module is not None and getattr(module, "__file__", None) is None:
+            paths = list(getattr(module, "__path__", []) or [])
+            where = (f" ({self.module!r} was imported as a namespace package from {paths[0] if paths else '?'}: a "
+                     "folder of that name without __init__.py, such as a source checkout in the current directory, "
+                     "hides the installed package; run from another directory)")
+        return (f"importing {self.module!r} registered no PrivateUse1 device{where}: it lacks {'; '.join(missing)}. "
+                "On import the module must rename the PrivateUse1 backend, register its device module "
+                "(torch._register_device_module) and PrivateUse1 kernels for empty.memory_format, empty_strided "
+                "and copy_")
 
     def register(self) -> None:
         """Importing the module registers the device (its runtime should initialise lazily)."""

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["import_failure", "import_user_module"]
+__all__ = ["child_env", "import_failure", "import_user_module"]
 
 
 def _in_cwd(name: str) -> bool:
@@ -35,6 +35,16 @@ def _add_cwd() -> None:
     if cwd not in paths:
         os.environ["PYTHONPATH"] = os.pathsep.join([*paths, cwd])
     importlib.invalidate_caches()
+
+
+def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of an opmatrix child started as ``python -m``: it imports the user's code
+    the way the console script does. ``-m`` puts the current directory first on ``sys.path``, so a
+    folder named like the backend's package there (its source checkout, without the built
+    extension) would shadow the installed package in the child only; ``PYTHONSAFEPATH``
+    (Python 3.11+) keeps it off, and :func:`import_user_module` still finds a module that is
+    only in the current directory."""
+    return {**os.environ, "PYTHONSAFEPATH": "1", **(extra or {})}
 
 
 def import_user_module(name: str) -> ModuleType:

@@ -28,7 +28,8 @@ fallback from inside the C++ kernel for float64, rejected for integers, a crash 
 The C++ ``hypot`` kernel computes float32 only and refuses every other dtype with a
 ``TORCH_CHECK`` ("only supports float32"). ``TOYACCEL_MEMORY_REFUSES=complex128,float64`` makes
 device memory refuse those dtypes at allocation (``NotImplementedError``), and
-``TOYACCEL_DEVICES=2`` gives the backend two devices.
+``TOYACCEL_DEVICES=2`` gives the backend two devices; ``TOYACCEL_SEED_FAILS=1`` makes the
+device module's ``manual_seed_all`` raise (as ``torch.manual_seed`` calls it, so does that).
 The probe reaches it with ``--backend tests.toyaccel:ToyAdapter`` (workers import it).
 """
 
@@ -329,7 +330,8 @@ class _Module:
         return False
 
     def manual_seed_all(self, seed: int) -> None:
-        pass
+        if os.environ.get("TOYACCEL_SEED_FAILS"):  # a device module whose seeding is broken
+            raise RuntimeError("toyaccel: the device generator cannot be seeded")
 
     def device_count(self) -> int:
         return int(os.environ.get("TOYACCEL_DEVICES", "1"))

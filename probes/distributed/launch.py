@@ -12,13 +12,14 @@ batch, so one bad case never loses the others::
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from opmatrix.schema.userref import child_env
 
 __all__ = ["STARTUP_DEADLINE", "run_cases"]
 
@@ -41,7 +42,7 @@ def _read(path: Path) -> list[dict[str, Any]]:
 def _spawn(spec: dict[str, Any], work: Path, world_size: int) -> list[subprocess.Popen[bytes]]:
     spec_file = work / "spec.json"
     spec_file.write_text(json.dumps(spec))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    env = child_env({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
     procs = []
     for r in range(world_size):
         log = (work / f"rank{r}.log").open("wb")

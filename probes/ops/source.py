@@ -272,8 +272,11 @@ def generate_samples(entry: OpEntry, dtype: torch.dtype, *, seed: int = 0, limit
 
     import torch
 
-    # seed once per (op, dtype): OpInfo's default re-seeds before every sample (126 us each)
-    torch.manual_seed(seed)
+    # seed once per (op, dtype): OpInfo's default re-seeds before every sample (126 us each).
+    # Samples are made on the host: only the host's generator is seeded. torch.manual_seed
+    # would also call the backend's own manual_seed_all, whose failure is the runtime check
+    # ``rng``'s finding, never a reason that OpInfo yields no samples.
+    torch.default_generator.manual_seed(seed)
     random.seed(seed)
     samples: list[SampleInput] = []
     try:

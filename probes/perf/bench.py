@@ -11,7 +11,6 @@ stderr; the exit code is then 1.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from opmatrix.probes.options import BenchOptions
 from opmatrix.probes.planning import checked_adapter
 from opmatrix.schema import UsageError, dump_model, validate_data
 from opmatrix.schema.perf import PerfRecord
+from opmatrix.schema.userref import child_env
 
 from .worker import MARK
 
@@ -60,7 +60,7 @@ def bench_specs(args: BenchOptions) -> list[dict[str, Any]]:
 def run_spec(spec: dict[str, Any], timeout: float) -> tuple[PerfRecord | None, str]:
     """Measure one spec in a fresh process with a deadline: the record, or why there is none."""
     cmd = [sys.executable, "-m", "opmatrix.probes.perf.worker", json.dumps(spec)]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = child_env({"PYTHONUNBUFFERED": "1"})
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 
 from opmatrix.probes.runner import Skip, Task, WorkerContext
 from opmatrix.schema import CheckResult, RuntimeCheck, RuntimeRecord
+from opmatrix.schema.userref import child_env
 
 from .casehost import CASE_DEADLINE
 from .catalog import CATALOG, by_name
@@ -45,7 +46,8 @@ def run_case_isolated(spec: str, generation: str | None, name: str) -> Verdict:
     if generation:
         cmd += ["--generation", generation]
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=CASE_DEADLINE + 60, check=False)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=CASE_DEADLINE + 60, check=False,
+                              env=child_env())
     except subprocess.TimeoutExpired:
         return failed(f"the case host did not finish within {CASE_DEADLINE + 60:.0f} s")
     for line in done.stdout.splitlines():

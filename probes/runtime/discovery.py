@@ -60,6 +60,10 @@ def check_import(adapter: Adapter, spent: float = 0.0) -> Verdict:
         importlib.import_module(name)
     except Exception as exc:  # noqa: BLE001 - whatever the import raises is the finding
         return failed(f"import {name} failed: {_chain(exc)}", _import_advice(name, exc))
+    registration = getattr(adapter, "registration_problem", None)
+    problem = registration() if callable(registration) else None
+    if problem:  # it imported, yet no device exists: every later check would fail obscurely
+        return failed(f"import {name}: {problem}", "register the device on import (docs/probing.md)")
     return passed(f"import {name}: {time.perf_counter() - start:.2f} s")
 
 

@@ -23,6 +23,7 @@ from typing import IO, Any
 
 from opmatrix.schema import ApiCoverage, DeviceInfo, Runtime, RuntimeCheck, RuntimeRecord
 from opmatrix.schema.enums import DTYPES
+from opmatrix.schema.userref import child_env
 
 from .catalog import CATALOG, by_name
 from .children import describe_exit
@@ -62,7 +63,7 @@ def _launch(kind: str, spec: str, generation: str | None, names: Sequence[str]) 
     if generation:
         cmd += ["--generation", generation]
     stderr = tempfile.TemporaryFile()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL, env=child_env())
     return _Child(kind, proc, stderr, list(names))
 
 

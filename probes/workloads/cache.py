@@ -17,13 +17,13 @@ forward pass, then prints its counters as one JSON line.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
 from typing import TYPE_CHECKING, Any
 
 from opmatrix.schema import CheckResult
+from opmatrix.schema.userref import child_env
 from opmatrix.schema.workloads import CompileCache
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ def second_process(ctx: WorkerContext, payload: Mapping[str, Any], backend: Comp
     start = time.perf_counter()
     try:
         done = subprocess.run([sys.executable, "-m", __name__, json.dumps(spec)], capture_output=True, text=True,
-                              timeout=TIMEOUT_S, env=dict(os.environ), check=False)
+                              timeout=TIMEOUT_S, env=child_env(), check=False)
     except subprocess.TimeoutExpired:
         return CompileCache(result=CheckResult.unknown, evidence=f"the second process ran past {TIMEOUT_S:g} s")
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
