@@ -20,7 +20,7 @@ import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from opmatrix.schema import ArtifactError
+from opmatrix.schema import ArtifactError, OpName
 
 __all__ = ["OpSelection", "is_pattern", "resolve_ops", "tagged_overloads"]
 
@@ -45,13 +45,13 @@ def tagged_overloads(tag: str) -> frozenset[str]:
     for schema in torch._C._jit_get_all_schemas():
         if not schema.name.startswith("aten::"):
             continue
-        base, overload = schema.name[len("aten::") :], schema.overload_name or "default"
+        name = OpName.of_schema(schema.name, schema.overload_name)
         try:
-            op = getattr(getattr(torch.ops.aten, base), overload)
+            op = getattr(getattr(torch.ops.aten, name.name), name.overload)
         except (AttributeError, RuntimeError):  # schemas without a Python binding
             continue
         if want in op.tags:
-            out.add(f"aten.{base}.{overload}")
+            out.add(str(name))
     return frozenset(out)
 
 

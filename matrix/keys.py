@@ -1,4 +1,5 @@
-"""Parsing the parts of a query's cell key: dtype, layout, mode (as values, with a hint for a typo).
+"""Parsing the parts of a query's cell key: dtype, layout, mode (as values, with a hint for a typo);
+the operator is an :class:`~opmatrix.schema.OpName`.
 
     >>> parse_dtype("torch.bfloat16"), parse_mode(Mode.compile)
     ('bfloat16', 'compile')
@@ -10,7 +11,7 @@ import difflib
 
 from opmatrix.schema import DType, Layout, Mode
 
-__all__ = ["canonical_op_name", "parse_dtype", "parse_layout", "parse_mode"]
+__all__ = ["parse_dtype", "parse_layout", "parse_mode"]
 
 
 _DTYPES = frozenset(d.value for d in DType)
@@ -55,8 +56,3 @@ def parse_mode(value: object) -> str:
     if text not in _MODES:
         raise ValueError(_close(text, _MODES, "mode"))
     return text
-
-
-def canonical_op_name(op: object) -> str:
-    """``OpOverload`` / ``"aten::softmax.int"`` / ``"aten.softmax.int"`` -> ``"aten.softmax.int"``."""
-    return str(op).strip().replace("::", ".")

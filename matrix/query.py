@@ -23,13 +23,13 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from opmatrix.schema import CellKey, Entry
+from opmatrix.schema import CellKey, Entry, OpName
 from opmatrix.schema import Matrix as MatrixModel
 
 from .answer import Answer, unknown
 from .cache import load_matrix_cached
 from .index import Row, RowKey, build_rows, iter_cells
-from .keys import canonical_op_name, parse_dtype, parse_layout, parse_mode
+from .keys import parse_dtype, parse_layout, parse_mode
 
 __all__ = ["MatrixIndex", "UnknownOperatorError"]
 
@@ -47,16 +47,15 @@ class UnknownOperatorError(KeyError):
         return str(self.args[0])
 
 
-def _is_torch_op(name: str) -> bool:
-    """Whether ``name`` (``ns.op.overload``) names a registered PyTorch operator overload."""
-    parts = name.split(".")
-    if len(parts) != 3:
+def _is_torch_op(op: OpName) -> bool:
+    """Whether ``op`` names a registered PyTorch operator overload."""
+    if op.is_opinfo:
         return False
     import torch
 
     try:
-        packet = getattr(getattr(torch.ops, parts[0]), parts[1])
-        return parts[2] in packet.overloads()
+        packet = getattr(getattr(torch.ops, op.namespace), op.name)
+        return op.overload in packet.overloads()
     except (AttributeError, RuntimeError):
         return False
 
@@ -110,22 +109,28 @@ class MatrixIndex:
         name = self._names.get(op)
         if name is not None:
             return name
-        text = canonical_op_name(op)
-        if text in self._op_set:
-            name = text
-        elif f"{text}.default" in self._op_set:
-            name = f"{text}.default"
-        elif _is_torch_op(text):
-            name = text  # a real operator that this matrix did not probe
-        elif text.count(".") == 1 and _is_torch_op(f"{text}.default"):
-            name = f"{text}.default"
+        text = str(op).strip()
+        try:  # an OpOverload prints aten.softmax.int, an OpOverloadPacket aten.mm (the default overload)
+            parsed: OpName | None = OpName.parse(text, shorthand=True)
+        except ValueError:
+            parsed = None
+        if parsed is not None and (str(parsed) in self._op_set or _is_torch_op(parsed)):
+            name = str(parsed)  # probed, or a real operator that this matrix did not probe
         else:
-            prefixed = [n for n in self._op_set if n.startswith(text + ".")]
-            suggestions = sorted(prefixed)[:3] or difflib.get_close_matches(text, sorted(self._op_set), n=3)
-            raise UnknownOperatorError(text, suggestions)
+            raise UnknownOperatorError(text, self._suggest(text, parsed))
         if len(self._names) < 100_000:  # bounded: arbitrary objects must not grow it forever
             self._names[op] = name
         return name
+
+    def _suggest(self, text: str, parsed: OpName | None) -> list[str]:
+        """The probed overloads of the named operator (``aten::softmax``: which overload?), else
+        the closest probed names."""
+        if parsed is not None:
+            stem = f"{parsed.namespace}.{parsed.name}."
+            same = sorted(n for n in self._op_set if n.startswith(stem))[:3]
+            if same:
+                return same
+        return difflib.get_close_matches(str(parsed or text), sorted(self._op_set), n=3)
 
     def query(
         self,

@@ -11,17 +11,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from opmatrix.schema import Entry, ExecPath, Outcome, WorkloadResult
+from opmatrix.schema import Entry, ExecPath, OpName, Outcome, WorkloadResult
 
 __all__ = ["base_name", "diff_workloads", "fallback_bases", "normal_base", "predict_fallback", "render_workload_diff"]
 
 
 def base_name(op: str) -> str:
-    """``aten::cumsum.out`` / ``aten.cumsum.default`` -> ``aten::cumsum`` (in-place ``_`` kept)."""
-    ns, sep, rest = op.replace("::", ".", 1).partition(".")
-    if not sep:
+    """``aten::cumsum.out`` / ``aten.cumsum.default`` -> ``aten::cumsum`` (in-place ``_`` kept): the
+    profiler's name of an :class:`~opmatrix.schema.OpName`; a name that is none is kept as it is."""
+    try:
+        return OpName.parse(op, shorthand=True).event_name
+    except ValueError:
         return op
-    return f"{ns}::{rest.partition('.')[0]}"
 
 
 def fallback_bases(operators: Mapping[str, list[Entry]]) -> set[str]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from opmatrix.schema import ExecPath, GateResult, Mode, Outcome
+from opmatrix.schema import ExecPath, GateResult, Mode, OpName, Outcome
 from opmatrix.schema.gate import CellRef, CellStatus, RequirementResult, Status
 
 __all__ = ["RequirementView", "VerdictView", "plain_reasons", "short_op", "verdict_view"]
@@ -27,9 +27,12 @@ CELL_EXAMPLES = 4
 
 
 def short_op(op: str) -> str:
-    """``add.Tensor`` for ``aten.add.Tensor``, ``mm`` for ``aten.mm.default``."""
-    name = op[len("aten."):] if op.startswith("aten.") else op
-    return name[: -len(".default")] if name.endswith(".default") else name
+    """``add.Tensor`` for ``aten.add.Tensor``, ``mm`` for ``aten.mm.default`` (:attr:`OpName.short`);
+    a name that is no operator's is kept as it is."""
+    try:
+        return OpName.parse(op).short
+    except ValueError:
+        return op
 
 
 def _names(items: list[str], most: int = 4) -> str:

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
     from .state import ProbeOptions
 
-__all__ = ["NoGradient", "claims_backward", "differentiable", "event_name", "grad_masks", "probe_backward"]
+__all__ = ["NoGradient", "claims_backward", "differentiable", "grad_masks", "probe_backward"]
 
 
 def differentiable(entry: OpEntry, dtype: torch.dtype) -> bool:
@@ -50,12 +50,6 @@ def claims_backward(entry: OpEntry, dtype: torch.dtype) -> bool:
         return dtype in entry.info.supported_backward_dtypes("cpu")
     except Exception:  # noqa: BLE001 - an OpInfo without backward dtypes claims none
         return False
-
-
-def event_name(overload: str) -> str:
-    """Profiler name of an overload: ``aten.add.Tensor`` -> ``aten::add``."""
-    parts = overload.split(".")
-    return f"{parts[0]}::{parts[1]}" if len(parts) >= 2 else overload
 
 
 def grad_masks(entry: OpEntry, dtype: torch.dtype, samples: list[SampleInput], opts: ProbeOptions) -> list[tuple[bool, ...] | None]:
@@ -145,7 +139,7 @@ def backward_path(st: EngineState, observed: Observed, seen: FallbackSeen) -> Ex
     if FallbackState.observed in (seen.state, observed.state):
         return ExecPath.fallback
     key = st.adapter.dispatch_key
-    trivial = {event_name(t) for t in observe.TRIVIAL_OPS - observe.DATA_MOVEMENT}
+    trivial = observe.event_names(observe.TRIVIAL_OPS - observe.DATA_MOVEMENT)
     for name in dict.fromkeys(observed.names):
         if not name.startswith("aten::") or name in trivial:
             continue
@@ -218,7 +212,7 @@ def probe_backward(st: EngineState, fn: Callable[..., object], unit: Unit, dtype
     path = ExecPath.native if st.adapter.is_host else backward_path(st, trace.observed, seen)
     if st.adapter.device_type == "meta":
         return Autograd(path=path, outcome=Outcome.ok)
-    rtol, atol = tolerance_for(unit.overload, dtype)
+    rtol, atol = tolerance_for(str(unit.overload), dtype)
     cmp = compare(got, expected, rtol * 10, atol * 10)
     if not cmp.ok and shared and (mine := own()) is not None:
         cmp = compare(got, mine, rtol * 10, atol * 10)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 
 from opmatrix.backend.base import FallbackSeen
-from opmatrix.schema import ExecPath, FallbackState
+from opmatrix.schema import ExecPath, FallbackState, OpName
 
 from . import observe
 from .cells import SampleResult
@@ -90,52 +90,52 @@ def _devices(out: object) -> list[str]:
     return []
 
 
-def _same_family(a: str, b: str) -> bool:
+def _same_family(a: OpName, b: OpName) -> bool:
     """``aten.abs.default`` and ``aten.abs.out``; ``aten.softmax.int`` and ``aten._softmax.default``."""
-    na, nb = a.split(".")[1].lstrip("_"), b.split(".")[1].lstrip("_")
+    na, nb = a.name.lstrip("_"), b.name.lstrip("_")
     return na == nb or na.startswith(nb) or nb.startswith(na)
 
 
-def _thin(st: EngineState, overload: str, comps: list[str], observed: Observed) -> tuple[str, str] | None:
+def _thin(st: EngineState, op: OpName, comps: list[str], observed: Observed) -> tuple[str, str] | None:
     """The one native kernel a composite overload only wraps (component, note), or None."""
     key = st.adapter.dispatch_key
-    if len(comps) == 1 and _same_family(overload, comps[0]):
-        if observe.registration(observe.qualified(comps[0]), key).backend:
+    if len(comps) == 1:
+        comp = OpName.parse(comps[0])
+        if _same_family(op, comp) and observe.registration(comp, key).backend:
             return comps[0], f"served by the {comps[0]} kernel"
-    out = observe.out_variant(observe.qualified(overload))
-    event = observe.qualified(overload).split(".")[0]
+    out = observe.out_variant(op)
     if not comps and out is not None and observe.registration(out, key).backend:
         # an explicit composite (abs -> abs.out): the call tree shows only its own out= kernel
-        under = children_of_root(observed, event)
-        if all(name == event for name in under):
-            name = out.replace("::", ".") + ("" if "." in out.split("::")[1] else ".default")
-            return name, f"served by the {name} kernel"
+        under = children_of_root(observed, op.event_name)
+        if all(name == op.event_name for name in under):
+            return str(out), f"served by the {out} kernel"
     return None
 
 
-def registered_path(st: EngineState, overload: str, leaf_ops: list[str], observed: Observed
+def registered_path(st: EngineState, op: OpName, leaf_ops: list[str], observed: Observed
                     ) -> tuple[ExecPath, list[str], str | None]:
-    """Path of a call that completed, from registrations and leaf ops only."""
+    """Path of a call that completed, from registrations and leaf ops (matrix spellings) only."""
     key = st.adapter.dispatch_key
-    comps = [op for op in dict.fromkeys(leaf_ops) if op not in observe.TRIVIAL_OPS and op != overload]
-    moved = [op for op in dict.fromkeys(leaf_ops) if op in observe.DATA_MOVEMENT]
+    comps = [name for name in dict.fromkeys(leaf_ops) if name not in observe.TRIVIAL_OPS and name != str(op)]
+    moved = [name for name in dict.fromkeys(leaf_ops) if name in observe.DATA_MOVEMENT]
     for c in [*comps, *moved]:
-        creg = observe.registration(observe.qualified(c), key)
+        creg = observe.registration(OpName.parse(c), key)
         if not creg.backend and not creg.composite and creg.shim is None and st.backend_fallback:
             return ExecPath.fallback, comps, f"component {c} has no {key} kernel (served by the backend fallback)"
-    if overload.startswith("opinfo."):
+    if op.is_opinfo:
         return ExecPath.composite, comps, "composed in Python from several ATen ops"
-    reg = observe.registration(observe.qualified(overload), key)
+    reg = observe.registration(op, key)
     if reg.backend:
         return ExecPath.native, [], None
     if reg.shim is not None:
         # a structured op: its generic wrapper only calls the out= overload on the backend
+        shim = reg.shim.qualified
         if reg.out_backend:
-            return ExecPath.native, [], f"served by the {reg.shim} kernel"
+            return ExecPath.native, [], f"served by the {shim} kernel"
         if st.backend_fallback:
-            return ExecPath.fallback, [reg.shim], f"{reg.shim} has no {key} kernel; served by the backend fallback"
+            return ExecPath.fallback, [shim], f"{shim} has no {key} kernel; served by the backend fallback"
     if reg.implicit or reg.explicit:
-        thin = _thin(st, overload, comps, observed)
+        thin = _thin(st, op, comps, observed)
         if thin is not None:
             return ExecPath.native, [thin[0]], thin[1]
         return ExecPath.composite, comps, None if reg.implicit else "CompositeExplicitAutograd kernel"
@@ -160,9 +160,9 @@ def _disagreement(path: ExecPath, dc: DeviceCall) -> str | None:
     return "; ".join(parts) or None
 
 
-def classify(st: EngineState, overload: str, dc: DeviceCall) -> tuple[ExecPath, list[str], str | None]:
+def classify(st: EngineState, op: OpName, dc: DeviceCall) -> tuple[ExecPath, list[str], str | None]:
     """Path, components and note of a call: any observed fallback wins over registrations."""
-    path, comps, note = registered_path(st, overload, dc.leaf, dc.observed)
+    path, comps, note = registered_path(st, op, dc.leaf, dc.observed)
     if dc.fell_back:
         note = "; ".join(filter(None, [note if path is ExecPath.fallback else None, _disagreement(path, dc)]))
         return ExecPath.fallback, comps, note or None
@@ -196,11 +196,11 @@ def apply_evidence(result: SampleResult, dc: DeviceCall) -> None:
         result.copies, result.moved = dc.observed.copies, dc.observed.bytes
 
 
-def fault_path(st: EngineState, overload: str) -> ExecPath:
+def fault_path(st: EngineState, op: OpName) -> ExecPath:
     """Path of a call that crashed or hung: the kernel the dispatcher chose, else ``unknown``."""
-    if overload.startswith("opinfo."):
+    if op.is_opinfo:
         return ExecPath.unknown
-    reg = observe.registration(observe.qualified(overload), st.adapter.dispatch_key)
+    reg = observe.registration(op, st.adapter.dispatch_key)
     if reg.backend or (reg.shim is not None and reg.out_backend):
         return ExecPath.native
     if reg.implicit or reg.explicit:

@@ -12,10 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from opmatrix.schema import ErrorInfo, ExecPath, FallbackState, Mode, Outcome
+from opmatrix.schema import ErrorInfo, ExecPath, FallbackState, Mode, OpName, Outcome
 
 from . import observe
-from .backward import event_name
 from .cells import SampleResult
 from .classify import DeviceCall, apply_evidence, run_device
 from .faults import failed_call
@@ -32,18 +31,18 @@ __all__ = ["probe_compile"]
 
 
 def _result(unit: Unit) -> SampleResult:
-    return SampleResult(op=unit.overload, rank=unit.rank, layout=unit.layout, mode=Mode.compile,
+    return SampleResult(op=str(unit.overload), rank=unit.rank, layout=unit.layout, mode=Mode.compile,
                         path=ExecPath.rejected, outcome=Outcome.ok, features=unit.features, dtype=unit.dtype)
 
 
 def _compiled_path(unit: Unit, eager: SampleResult, ran: list[str], fell_back: bool
                    ) -> tuple[ExecPath, list[str], str | None]:
-    kept = {event_name(unit.overload), *(event_name(c) for c in (eager.components if eager.path is ExecPath.native else []))}
+    kept = {unit.overload.event_name, *(OpName.parse(c).event_name for c in (eager.components if eager.path is ExecPath.native else []))}
     if fell_back:
         return ExecPath.fallback, [], None
     if eager.path is ExecPath.rejected or (ran and not kept & set(ran)):
         # the compiled graph ran other ops than the one called: the compiler decomposed it
-        return ExecPath.decomposed, [n for n in ran if event_name(unit.overload) != n][:24], None
+        return ExecPath.decomposed, [n for n in ran if unit.overload.event_name != n][:24], None
     path = eager.path if eager.path is not ExecPath.rejected else ExecPath.native
     # no aten op at all: the graph ran as one backend executable (XLA), opaque to the profiler
     note = "the compiled graph ran the op itself" if ran else "the compiled graph ran as one opaque executable"
@@ -126,7 +125,7 @@ def probe_compile(st: EngineState, entry: OpEntry, unit: Unit, dtype: torch.dtyp
         result.note = note
         apply_evidence(result, dc)
         return result
-    trivial = {event_name(t) for t in observe.TRIVIAL_OPS}
+    trivial = observe.event_names(observe.TRIVIAL_OPS)
     ran = sorted({n for n in dc.observed.names if n.startswith("aten::") and n not in trivial})
     result.path, result.components, result.note = _compiled_path(unit, eager, ran, dc.fell_back)
     apply_evidence(result, dc)

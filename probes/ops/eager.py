@@ -78,9 +78,9 @@ def _instrument_note(plain: DeviceCall, recorded: DeviceCall, unit: Unit, dtype:
                 "the plain call's result stands")
     if plain.error is not None and recorded.error is None:
         return "the instrumented call returned a value; the plain call's error stands"
-    if plain.error is not None or not values_comparable(unit.overload) or unit.undefined is not None:
+    if plain.error is not None or not values_comparable(str(unit.overload)) or unit.undefined is not None:
         return None
-    rtol, atol = tolerance_for(unit.overload, dtype)
+    rtol, atol = tolerance_for(str(unit.overload), dtype)
     try:
         same = compare(recorded.out, plain.out, rtol, atol)
     except Exception:  # noqa: BLE001 - the two results cannot be compared: nothing to say
@@ -136,7 +136,7 @@ def _judged(st: EngineState, fn: Callable[..., object], unit: Unit, dtype: torch
             check = check_values(st, unit, ref, out, dtype, result)
     if not check.ok and opts.retry_wrong and check.broken is None:
         again = run_device(st, fn, device_values(unit, st.adapter.device()), False, profile=False)
-        if again.error is None and judge(ref, post(unit, again.out)[0], unit.overload, dtype, check.compared).ok:
+        if again.error is None and judge(ref, post(unit, again.out)[0], str(unit.overload), dtype, check.compared).ok:
             result.flaky = True
     result.outcome = Outcome.ok if check.ok else Outcome.wrong
     if not check.ok:
@@ -153,11 +153,11 @@ def probe_eager(st: EngineState, entry: OpEntry, unit: Unit, dtype: torch.dtype,
     second call that adds evidence of the path, and never changes the verdict."""
     fn = entry.info.op
     dname = unit.dtype or str(dtype).removeprefix("torch.")
-    result = SampleResult(op=unit.overload, rank=unit.rank, layout=unit.layout, mode=Mode.eager,
+    result = SampleResult(op=str(unit.overload), rank=unit.rank, layout=unit.layout, mode=Mode.eager,
                           path=ExecPath.rejected, outcome=Outcome.ok, features=unit.features, dtype=unit.dtype)
     uid = unit_id(unit, "eager")
     # the leaf ops (a dispatch mode) only matter for composites; the call tree is always recorded
-    record = not observe.registration(observe.qualified(unit.overload), st.adapter.dispatch_key).backend
+    record = not observe.registration(unit.overload, st.adapter.dispatch_key).backend
     key = (unit.overload, dtype, unit.rank, unit.layout, tuple(sorted(unit.features.items())))
     known = st.host_paths.get(key) if record else None
     record = record and known is None

@@ -25,7 +25,7 @@ import torch
 
 from opmatrix.probes.ops import task_id
 from opmatrix.probes.runner import Skip, WorkerPoisoned
-from opmatrix.schema import Autograd, ErrorInfo, ExecPath, Layout, Mode, Outcome, TaskRecord
+from opmatrix.schema import Autograd, ErrorInfo, ExecPath, Layout, Mode, OpName, Outcome, TaskRecord
 
 from .backward import NoGradient, claims_backward, differentiable, grad_masks, probe_backward
 from .cells import SampleResult, cells_from_samples
@@ -66,8 +66,8 @@ class _TaskRun:
         self.claims_backward = claims_backward(entry, self.dtype)
         self.progress = progress or (lambda unit: None)
         self.results: list[SampleResult] = []
-        self.autograd_budget: dict[tuple[str, int, Layout], int] = {}
-        self.compile_done: dict[tuple[str, int], bool] = {}
+        self.autograd_budget: dict[tuple[OpName, int, Layout], int] = {}
+        self.compile_done: dict[tuple[OpName, int], bool] = {}
         self.representative_done = False
         self.invalid = 0
         self.samples = 0  # how many samples OpInfo yielded
@@ -206,7 +206,7 @@ class _TaskRun:
         except Exception as exc:  # noqa: BLE001 - an engine failure on one unit is that cell's error
             if isinstance(exc, WorkerPoisoned):
                 raise
-            return SampleResult(op=unit.overload, rank=unit.rank, layout=unit.layout, mode=Mode.eager,
+            return SampleResult(op=str(unit.overload), rank=unit.rank, layout=unit.layout, mode=Mode.eager,
                                 path=ExecPath.unknown, outcome=Outcome.error, features=unit.features, dtype=unit.dtype,
                                 error=ErrorInfo(type=type(exc).__name__, actionable=False,
                                                 message=f"opmatrix could not probe this sample: {where(exc)}"))
@@ -251,7 +251,7 @@ class _TaskRun:
 CHECKPOINT_S, CHECKPOINT_UNITS = 0.25, 8
 
 
-def _budget_keys(unit: Unit) -> tuple[tuple[str, int, Layout], tuple[str, int]]:
+def _budget_keys(unit: Unit) -> tuple[tuple[OpName, int, Layout], tuple[OpName, int]]:
     """What a unit counts against: its cell's backward budget and its (overload, rank)'s compile check."""
     return (unit.overload, unit.rank, unit.layout), (unit.overload, unit.rank)
 

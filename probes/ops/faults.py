@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import Literal, TypeAlias, Union
 
 from opmatrix.probes.runner import Skip, WorkerPoisoned
-from opmatrix.schema import ErrorInfo, ExecPath, Mode, Outcome, UnitId
+from opmatrix.schema import ErrorInfo, ExecPath, Mode, OpName, Outcome, UnitId
 
 from .cells import SampleResult
 from .classify import fault_path
@@ -49,7 +49,7 @@ def fault_from_exception(st: EngineState, unit_id: str, exc: BaseException) -> O
     return Outcome.oom if verdict.outcome == "oom" else Outcome.error
 
 
-def failed_call(st: EngineState, overload: str, unit_id: str, exc: BaseException, fell_back: bool,
+def failed_call(st: EngineState, op: OpName, unit_id: str, exc: BaseException, fell_back: bool,
                 host_computes: Callable[[], bool]) -> tuple[ExecPath, Outcome, str | None]:
     """Path, outcome and note of a device call that raised, the same in eager and compiled mode.
 
@@ -66,12 +66,12 @@ def failed_call(st: EngineState, overload: str, unit_id: str, exc: BaseException
         return ExecPath.rejected, Outcome.ok, None
     if fell_back:
         return ExecPath.fallback, fault, None
-    return fault_path(st, overload), fault, None
+    return fault_path(st, op), fault, None
 
 
 def fault_result(st: EngineState, unit: Unit, mode: Mode, fault: Skip) -> SampleResult:
     """The cell of a unit the runner saw fault (crashed, hung, poisoned, oom)."""
-    return SampleResult(op=unit.overload, rank=unit.rank, layout=unit.layout, mode=mode, dtype=unit.dtype,
+    return SampleResult(op=str(unit.overload), rank=unit.rank, layout=unit.layout, mode=mode, dtype=unit.dtype,
                         path=fault_path(st, unit.overload), outcome=Outcome(fault.outcome), features=unit.features,
                         error=ErrorInfo(type=fault.outcome, message=fault.message[:500], actionable=False,
                                         signal=fault.signal))

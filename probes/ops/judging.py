@@ -111,12 +111,12 @@ def judge(ref: Reference, out: object, op: str, dtype: torch.dtype, comparable: 
 def check_values(st: EngineState, unit: Unit, ref: Reference, out: object, dtype: torch.dtype, result: SampleResult
                   ) -> ValueCheck:
     """Judge a call's outputs against the reference and record the numerics on ``result``."""
-    comparable = st.adapter.device_type != "meta" and values_comparable(unit.overload) and unit.undefined is None
+    comparable = st.adapter.device_type != "meta" and values_comparable(str(unit.overload)) and unit.undefined is None
     if unit.undefined is not None:
         result.note = "; ".join(filter(None, [result.note, unit.undefined]))
     out, broken = post(unit, out)
     try:
-        judged = judge(ref, out, unit.overload, dtype, comparable)
+        judged = judge(ref, out, str(unit.overload), dtype, comparable)
     except Exception as exc:  # noqa: BLE001 - opmatrix's comparison failed: never the backend's error
         note = f"values not compared: opmatrix's comparison failed ({type(exc).__name__}: {str(exc)[:160]})"
         result.note = "; ".join(filter(None, [result.note, note]))
@@ -124,7 +124,7 @@ def check_values(st: EngineState, unit: Unit, ref: Reference, out: object, dtype
     ok, res = judged.ok, judged.comparison
     if broken is not None:
         ok, res.detail = False, broken
-    elif ok and st.adapter.device_type != "meta" and values_random(unit.overload):
+    elif ok and st.adapter.device_type != "meta" and values_random(str(unit.overload)):
         # a random draw: its distribution, not its values (``moments_differ`` says why not)
         differ = moments_differ(out, ref.same)
         if differ is not None:

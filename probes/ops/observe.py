@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, cast
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from opmatrix.schema import OpName
+
 from .layouts import Values, map_values
 
 if TYPE_CHECKING:
@@ -35,6 +37,7 @@ __all__ = [
     "LeafRecorder",
     "Registration",
     "TRIVIAL_OPS",
+    "event_names",
     "overload_name",
     "registration",
     "signature_of",
@@ -89,10 +92,8 @@ _COMPOSITE_KEYS = ("CompositeExplicitAutograd", "CompositeExplicitAutogradNonFun
 
 
 def overload_name(op: OpOverload) -> str:
-    """``aten.softmax.int`` for an OpOverload (its packet name plus overload, default included)."""
-    schema = op._schema
-    ns, _, name = schema.name.partition("::")
-    return f"{ns}.{name}.{schema.overload_name or 'default'}"
+    """``aten.softmax.int`` for an OpOverload: :class:`OpName`'s matrix spelling, ``.default`` included."""
+    return str(OpName.of_schema(op._schema.name, op._schema.overload_name))
 
 
 class Registration:
@@ -105,8 +106,8 @@ class Registration:
 
     __slots__ = ("backend", "implicit", "explicit", "name", "shim", "out_backend")
 
-    def __init__(self, name: str, backend: bool, implicit: bool, explicit: bool,
-                 shim: str | None = None, out_backend: bool = False):
+    def __init__(self, name: OpName, backend: bool, implicit: bool, explicit: bool,
+                 shim: OpName | None = None, out_backend: bool = False):
         self.name, self.backend, self.implicit, self.explicit = name, backend, implicit, explicit
         self.shim, self.out_backend = shim, out_backend
 
@@ -116,58 +117,60 @@ class Registration:
 
 
 @functools.lru_cache(maxsize=8192)
-def registration(qualified: str, dispatch_key: str) -> Registration:
-    """Registrations for ``aten::name.overload`` (``qualified``) under ``dispatch_key``."""
+def registration(op: OpName, dispatch_key: str) -> Registration:
+    """Registrations for ``op`` under ``dispatch_key`` (none for an OpInfo's cell name)."""
+    if op.is_opinfo:
+        return Registration(op, False, False, False)
     has = torch._C._dispatch_has_kernel_for_dispatch_key
+    qualified = op.qualified
     try:
         backend = has(qualified, dispatch_key)
         implicit = has(qualified, "CompositeImplicitAutograd")
         explicit = any(has(qualified, k) for k in _COMPOSITE_KEYS)
         nonfunctional = has(qualified, "CompositeExplicitAutogradNonFunctional")
     except RuntimeError:  # not an operator the dispatcher knows (e.g. a Python-only op)
-        return Registration(qualified, False, False, False)
-    shim = out_variant(qualified) if nonfunctional and not backend and not implicit else None
-    out_backend = shim is not None and bool(has(shim, dispatch_key))
-    return Registration(qualified, backend, implicit, explicit, shim, out_backend)
+        return Registration(op, False, False, False)
+    shim = out_variant(op) if nonfunctional and not backend and not implicit else None
+    out_backend = shim is not None and bool(has(shim.qualified, dispatch_key))
+    return Registration(op, backend, implicit, explicit, shim, out_backend)
+
+
+def _packet(op: OpName) -> object | None:
+    return None if op.is_opinfo else getattr(getattr(torch.ops, op.namespace, None), op.name, None)
 
 
 @functools.lru_cache(maxsize=4096)
-def overloads_of(profiler_name: str) -> tuple[str, ...]:
-    """Every qualified overload of a profiler op name (``aten::add`` -> ``aten::add.Tensor``, ...)."""
-    ns, _, name = profiler_name.partition("::")
-    packet = getattr(getattr(torch.ops, ns, None), name, None)
-    if packet is None or not hasattr(packet, "overloads"):
+def overloads_of(event_name: str) -> tuple[OpName, ...]:
+    """Every overload of a profiler event name (``aten::add`` -> ``aten.add.Tensor``, ...)."""
+    try:  # a profiler range or a Python op is no operator's event: none
+        op = OpName.parse(event_name)
+    except ValueError:
         return ()
-    return tuple(f"{ns}::{name}" + ("" if ov == "default" else f".{ov}") for ov in packet.overloads())
+    packet = _packet(op)
+    return tuple(op.with_overload(ov) for ov in packet.overloads()) if hasattr(packet, "overloads") else ()
 
 
 @functools.lru_cache(maxsize=4096)
-def out_variant(qualified: str) -> str | None:
+def out_variant(op: OpName) -> OpName | None:
     """The ``out=`` overload a structured functional overload delegates to (same inputs)."""
-    ns_op, _, overload = qualified.partition(".")
-    ns, _, name = ns_op.partition("::")
-    packet = getattr(getattr(torch.ops, ns, None), name, None)
-    if packet is None:
-        return None
     try:
-        schema = getattr(packet, overload or "default")._schema
-    except AttributeError:
+        schema = getattr(packet := _packet(op), op.overload)._schema
+    except AttributeError:  # no such operator, or no such overload
         return None
     inputs = [(a.name, str(a.type)) for a in schema.arguments]
-    for ov in packet.overloads():
+    for ov in packet.overloads():  # type: ignore[attr-defined]
         cand = getattr(packet, ov)._schema
         outs = [a for a in cand.arguments if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write]
         rest = [(a.name, str(a.type)) for a in cand.arguments if a not in outs]
         if outs and rest == inputs:
-            return f"{ns}::{name}" + ("" if ov == "default" else f".{ov}")
+            return op.with_overload(ov)
     return None
 
 
-def qualified(name: str) -> str:
-    """``aten.softmax.int`` -> ``aten::softmax.int`` (``.default`` dropped)."""
-    ns, _, rest = name.partition(".")
-    op, _, ov = rest.rpartition(".")
-    return f"{ns}::{op}" + ("" if ov == "default" else f".{ov}")
+@functools.lru_cache(maxsize=8)
+def event_names(ops: frozenset[str]) -> frozenset[str]:
+    """The profiler's names (no overload) of a set of overloads: ``aten.add.Tensor`` -> ``aten::add``."""
+    return frozenset(OpName.parse(name).event_name for name in ops)
 
 
 def has_backend_fallback(dispatch_key: str) -> bool:

@@ -21,6 +21,7 @@ import json
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from opmatrix.schema import OpName
 from opmatrix.schema.files import write_text_atomic
 
 if TYPE_CHECKING:
@@ -30,12 +31,13 @@ __all__ = ["aten_base", "candidate_names", "opinfo_names"]
 
 
 def aten_base(overload: str) -> str:
-    """``gelu`` for ``aten.gelu.default``, ``aten::gelu`` or ``gelu.default``."""
-    text = overload.replace("::", ".")
-    parts = text.split(".")
-    if parts[0] == "aten" and len(parts) > 1:
-        parts = parts[1:]
-    return parts[0]
+    """``gelu`` for ``aten.gelu.default`` or ``aten::gelu`` (an :class:`OpName`'s name), and for
+    the partial spellings ``aten.gelu``, ``gelu.default`` or ``gelu``."""
+    try:
+        return OpName.parse(overload).name
+    except ValueError:
+        parts = overload.split(".")  # a partial name: no namespace, or no overload
+        return parts[1] if parts[0] == "aten" and len(parts) > 1 else parts[0]
 
 
 def candidate_names(base: str) -> list[str]:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from opmatrix.backend import Adapter
-from opmatrix.schema import Layout
+from opmatrix.schema import Layout, OpName
 
 from . import observe
 from .source import OpEntry, all_ops
@@ -54,7 +54,7 @@ class ProbeOptions:
 
 
 #: one cell's calls as the engine counts them: (overload, dtype, rank, layout, sorted argument features)
-CallKey = tuple[str, torch.dtype, int, Layout, tuple[tuple[str, str], ...]]
+CallKey = tuple[OpName, torch.dtype, int, Layout, tuple[tuple[str, str], ...]]
 
 
 @dataclass

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from opmatrix.schema import TENSOR, Layout, UnitId, features_of
+from opmatrix.schema import TENSOR, Layout, OpName, UnitId, features_of
 from opmatrix.schema.conditions import INPUT
 from opmatrix.schema.enums import DTYPES
 
@@ -35,20 +35,21 @@ __all__ = ["Unit", "device_values", "dtype_of", "holds_dtype", "overload_of", "u
 
 
 @functools.lru_cache(maxsize=4096)
-def _schema_args(overload: str) -> tuple[torch._C.Argument, ...]:
-    """The schema arguments of ``aten.name.overload`` (none for a Python-only op)."""
+def _schema_args(op: OpName) -> tuple[torch._C.Argument, ...]:
+    """The schema arguments of ``op`` (none for an OpInfo's cell or a Python-only op)."""
+    if op.is_opinfo:
+        return ()
     try:
-        ns, name, ov = overload.split(".", 2)
-        return tuple(getattr(getattr(getattr(torch.ops, ns), name), ov)._schema.arguments)
-    except (AttributeError, ValueError):
+        return tuple(getattr(getattr(getattr(torch.ops, op.namespace), op.name), op.overload)._schema.arguments)
+    except (AttributeError, RuntimeError):
         return ()
 
 
-def _arg_names(overload: str) -> list[str]:
+def _arg_names(overload: OpName) -> list[str]:
     return [a.name for a in _schema_args(overload)]
 
 
-def _named_features(overload: str, values: Values, rank: int) -> dict[str, str]:
+def _named_features(overload: OpName, values: Values, rank: int) -> dict[str, str]:
     inp, args, kwargs = values
     named: dict[str, Any] = {}
     arg_names = _arg_names(overload)
@@ -73,7 +74,7 @@ class Unit:
     cpu_values: Values  # values with CPU tensors (the layout's views)
     variants: Values  # values with Variants
     rank: int
-    overload: str
+    overload: OpName
     features: dict[str, str]
     post: Callable[..., object] = identity  # the sample's output_process_fn_grad
     undefined: str | None = None  # why the values cannot be compared (OpInfo; dropout_p > 0)
@@ -122,7 +123,9 @@ def holds_dtype(values: Values, dtype: torch.dtype) -> bool:
     return kwargs.get("dtype") == dtype or any(t.dtype == dtype for t in tensors_in(values))
 
 
-def overload_of(st: EngineState, entry: OpEntry, values: Values) -> str:
+def overload_of(st: EngineState, entry: OpEntry, values: Values) -> OpName:
+    """The overload a sample calls, or its OpInfo's name when it calls several ops (parsed here,
+    once: the recorded calls are the matrix's spellings, see :func:`.observe.overload_name`)."""
     key = f"{entry.full_name}|{observe.signature_of(values)!r}"
     calls = st.overloads.get(key)
     if calls is None:
@@ -137,10 +140,11 @@ def overload_of(st: EngineState, entry: OpEntry, values: Values) -> str:
                 pass
             calls = rec.ops
         st.overloads.put(key, calls)
-    return observe.primary_overload(calls) or f"opinfo.{entry.full_name}"  # several ops: the OpInfo itself
+    primary = observe.primary_overload(calls)
+    return OpName.parse(primary) if primary is not None else OpName.opinfo(entry.full_name)
 
 
-def _dim_position(overload: str, values: Values) -> tuple[str, Any] | None:
+def _dim_position(overload: OpName, values: Values) -> tuple[str, Any] | None:
     """Where an integer ``dim`` argument sits in ``values``: ("kw", name) or ("pos", index)."""
     inp, args, kwargs = values
     for name in ("dim", "axis"):
@@ -154,7 +158,7 @@ def _dim_position(overload: str, values: Values) -> tuple[str, Any] | None:
     return None
 
 
-def _arg_variants(overload: str, base: Values) -> list[Values]:
+def _arg_variants(overload: OpName, base: Values) -> list[Values]:
     """The sample with its ``dim`` moved to the first and the last axis (argument conditions
     such as "native for the last axis" are only observable when both occur)."""
     where = _dim_position(overload, base)
@@ -241,7 +245,7 @@ def _number(value: object) -> float:
 
 
 def _layout_units(st: EngineState, entry: OpEntry, index: str, base: Values, opts: ProbeOptions,
-                  overload: str) -> Iterator[Unit]:
+                  overload: OpName) -> Iterator[Unit]:
     for layout in opts.layouts:
         variants = transform_sample(base, layout)
         if variants is None:

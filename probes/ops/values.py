@@ -2,7 +2,7 @@
 
     out = call(torch.add, (x, (y,), {"alpha": 2}))        # torch.add(x, y, alpha=2)
     to_cpu(out)                                          # detached host copies, meta kept
-    error_info(exc, "aten.add.Tensor", "refaccel", "int8").actionable
+    error_info(exc, OpName.parse("aten.add.Tensor"), "refaccel", "int8").actionable
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import cast
 
 import torch
 
-from opmatrix.schema import ErrorInfo
+from opmatrix.schema import ErrorInfo, OpName
 
 from .layouts import T, Values, Variant, map_values
 
@@ -83,11 +83,12 @@ def readable(exc: BaseException) -> BaseException:
         return UnreadableError(f"{type(exc).__name__} (its message could not be read: {type(inner).__name__})")
 
 
-def error_info(exc: BaseException, op: str, device: str, dtype: str) -> ErrorInfo:
-    """The exception as recorded; actionable when it names the op and the dtype or device."""
+def error_info(exc: BaseException, op: OpName, device: str, dtype: str) -> ErrorInfo:
+    """The exception as recorded; actionable when it names the op (an OpInfo's cell: the first
+    part of its name) and the dtype or device."""
     message = str(exc).strip().splitlines()[0][:500] if str(exc).strip() else type(exc).__name__
     low = message.lower()
-    base = op.split(".")[1] if "." in op else op
+    base = op.name.partition(".")[0]
     names_op = base.lower() in low or base.lstrip("_").lower() in low
     dtype_words = {dtype.lower(), str(getattr(torch, dtype, dtype)).lower()}
     if dtype in _LEGACY:
