@@ -86,7 +86,7 @@ def runner(ops: list[str], dtypes: list[str], workers: int, threads: int, out: s
     ]
     s = run(
         tasks,
-        backend="cpu",
+        command="runner test", backend="cpu",
         out_dir=out,
         workers=workers,
         threads=threads,

@@ -59,7 +59,7 @@ def _wall(tasks: int, executor: object | None, out: Path) -> float:
     from tests.runner_handlers import HANDLERS, make_tasks
 
     t0 = time.monotonic()
-    summary = run(make_tasks(tasks, units=1), backend="cpu", out_dir=out, workers=1, handlers=HANDLERS,
+    summary = run(make_tasks(tasks, units=1), command="runner test", backend="cpu", out_dir=out, workers=1, handlers=HANDLERS,
                   progress=False, executor=executor)  # type: ignore[arg-type]
     wall = time.monotonic() - t0
     if summary.recorded != tasks or summary.faulted:

@@ -3,7 +3,7 @@
 The runner knows no suite: a probe run passes it this table (workers import a handler when they
 first meet its kind, the runner only to record a task that faulted every time)::
 
-    run(tasks, backend="cpu", out_dir="out", handlers=TASK_HANDLERS)
+    run(tasks, backend="cpu", out_dir="out", handlers=TASK_HANDLERS, command="...")
 """
 
 from __future__ import annotations

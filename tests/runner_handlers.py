@@ -25,10 +25,13 @@ from __future__ import annotations
 import argparse
 import ctypes
 import os
+import shlex
 import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+
+from pydantic import BaseModel
 
 from opmatrix.backend.builtin import CpuAdapter
 from opmatrix.probes.runner import Skip, Task, WorkerContext, WorkerPoisoned
@@ -163,7 +166,13 @@ def handle(
         if ctx.checkpoint is not None:
             ctx.checkpoint(unit, cells[-1].model_dump_json().encode())
     worst = max((c.result.outcome for c in cells), default=Outcome.ok)
+    if task.payload.get("bad_record"):  # a handler bug: a pydantic model that is no journal record
+        return NotARecord()  # type: ignore[return-value]
     return TaskRecord(task=task.id, source=source, dtype="float32", outcome=worst, cells=cells)
+
+
+class NotARecord(BaseModel):
+    kind: str = "bogus"
 
 
 class TestHandler:
@@ -201,9 +210,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--resume", action="store_true")
     p.add_argument("--pid-dir")
     args = p.parse_args(argv)
+    given = sys.argv[1:] if argv is None else argv
     summary = run(
         make_tasks(args.tasks, units=args.units, sleep=args.sleep, pid_dir=args.pid_dir),
-        backend="cpu",
+        command=shlex.join(["python", "tests/runner_handlers.py", *given]), backend="cpu",
         out_dir=Path(args.out),
         workers=args.workers,
         timeout=args.timeout,

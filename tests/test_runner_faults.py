@@ -47,7 +47,7 @@ def faulty_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
     tasks = make_tasks(10, units=4, faults=FAULTS)
     # t9 prepares for longer than the unit deadline before its first unit: not a hang
     tasks[9] = Task(tasks[9].id, "test", {**tasks[9].payload, "prepare": 3.0}, order=9)
-    summary = run(tasks, backend="cpu", out_dir=out, workers=2, timeout=2.0, handlers=HANDLERS, progress=False)
+    summary = run(tasks, command="runner test", backend="cpu", out_dir=out, workers=2, timeout=2.0, handlers=HANDLERS, progress=False)
     return out, summary
 
 
@@ -97,6 +97,26 @@ def test_a_task_faulting_on_every_unit_terminates(faulty_run: tuple[Path, object
     assert record["attempts"] == 4 + retried
 
 
+def test_a_record_that_is_no_journal_record_is_the_tasks_error(tmp_path: Path) -> None:
+    """The runner parses what a worker sends into its journal model once; a handler that returns
+    another model gets its task's fault record (error, naming why), journaled as a model too."""
+    from opmatrix.schema.journalfile import scan_journal
+
+    good, bad = make_tasks(2, units=1)
+    bad = Task(bad.id, "test", {**bad.payload, "bad_record": True}, order=bad.order)
+    summary = run([good, bad], command="runner test", backend="cpu", out_dir=tmp_path, workers=1, timeout=10.0,
+                  handlers=HANDLERS, progress=False)
+    assert summary.probed == 2
+    scan = scan_journal(tmp_path / "journal.jsonl")
+    records = {r.task: r for r in scan.by_task.values() if isinstance(r, TaskRecord)}
+    assert records["t0|float32"].outcome.value == "ok" and records["t0|float32"].evidence_key
+    failed = records["t1|float32"]
+    assert failed.outcome.value == "error" and failed.attempts == 2 and failed.evidence_key
+    assert failed.error is not None and "unknown record kind 'bogus'" in failed.error.message
+    for line in (tmp_path / "journal.jsonl").read_text().splitlines()[1:]:  # written as the models print
+        assert TaskRecord.model_validate_json(line).model_dump_json() == line
+
+
 def test_summary_counts_faults_and_restarts(faulty_run: tuple[Path, object]) -> None:
     """The summary says how many cells faulted, and each replaced worker is a restart."""
     _, summary = faulty_run
@@ -120,7 +140,7 @@ def _one_task(tmp_path: Path, faults: dict[str, str], units: int = 6) -> tuple[d
     runs = tmp_path / "runs.txt"
     task = make_tasks(1, units=units, faults={"t0": faults})[0]
     task = Task(task.id, task.kind, {**task.payload, "runs": str(runs)})
-    summary = run([task], backend="cpu", out_dir=tmp_path / "out", workers=1, timeout=10.0, handlers=HANDLERS,
+    summary = run([task], command="runner test", backend="cpu", out_dir=tmp_path / "out", workers=1, timeout=10.0, handlers=HANDLERS,
                   progress=False)
     return _records(tmp_path / "out")["t0|float32"], runs.read_text().split(), summary
 
@@ -155,7 +175,7 @@ def test_failed_health_check_after_a_fault_replaces_the_worker(tmp_path: Path) -
     tasks = make_tasks(3, faults={"t0": {"u1": "sick"}})
     summary = run(
         tasks,
-        backend="tests.runner_handlers:SickCpuAdapter",
+        command="runner test", backend="tests.runner_handlers:SickCpuAdapter",
         out_dir=tmp_path,
         workers=1,
         timeout=5.0,
@@ -173,7 +193,7 @@ def test_run_that_only_crashes_stops_at_the_restart_cap(tmp_path: Path) -> None:
     every = {f"t{i}": {f"u{k}": "segv" for k in range(3)} for i in range(20)}
     summary = run(
         make_tasks(20, faults=every),
-        backend="cpu",
+        command="runner test", backend="cpu",
         out_dir=tmp_path,
         workers=1,
         timeout=5.0,
@@ -190,7 +210,7 @@ def test_run_that_only_crashes_stops_at_the_restart_cap(tmp_path: Path) -> None:
 def test_backend_that_cannot_set_up_aborts_with_its_error(tmp_path: Path) -> None:
     """A worker whose setup fails stops the run with the setup error instead of retrying forever."""
     summary = run(
-        make_tasks(2), backend="no_such_backend", out_dir=tmp_path, workers=1, handlers=HANDLERS, progress=False
+        make_tasks(2), command="runner test", backend="no_such_backend", out_dir=tmp_path, workers=1, handlers=HANDLERS, progress=False
     )
     assert summary.aborted and summary.recorded == 0
     assert "could not set up backend 'no_such_backend'" in summary.message and "UnknownBackend" in summary.message
@@ -199,7 +219,7 @@ def test_backend_that_cannot_set_up_aborts_with_its_error(tmp_path: Path) -> Non
 def test_unknown_task_kind_is_refused_before_the_run(tmp_path: Path) -> None:
     """A task kind without a handler is refused by name before any worker starts or anything is written."""
     with pytest.raises(ValueError, match="no handler for task kind 'nope' \\(known: test\\)"):
-        run([Task("x|float32", "nope")], backend="cpu", out_dir=tmp_path / "out", workers=1, handlers=HANDLERS,
+        run([Task("x|float32", "nope")], command="runner test", backend="cpu", out_dir=tmp_path / "out", workers=1, handlers=HANDLERS,
             progress=False)
     assert not (tmp_path / "out").exists()
 

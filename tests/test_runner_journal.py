@@ -98,13 +98,14 @@ def test_ctrl_c_leaves_a_complete_journal_and_says_how_to_resume(tmp_path: Path)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
-    assert "interrupted; continue with:" in stderr and "--resume" in stderr
+    # the command the caller passed (never read from sys.argv by the runner), with --resume added
+    assert f"interrupted; continue with: python tests/runner_handlers.py {out} {' '.join(args)} --resume" in stderr
     text = (out / "journal.jsonl").read_text()
     assert text.endswith("\n")
     before = _task_ids(out)  # every line parses
     assert 3 <= len(before) < 10
     summary = run(
-        make_tasks(10, sleep=0.1), backend="cpu", out_dir=out, workers=2, resume=True, handlers=HANDLERS, progress=False
+        make_tasks(10, sleep=0.1), command="runner test", backend="cpu", out_dir=out, workers=2, resume=True, handlers=HANDLERS, progress=False
     )
     assert (summary.resumed, summary.probed) == (len(before), 10 - len(before))
     assert sorted(_task_ids(out)) == sorted(t.id for t in make_tasks(10))
@@ -132,9 +133,9 @@ def test_resume_rejects_a_corrupt_line_in_the_middle(tmp_path: Path) -> None:
 
 def test_resume_runs_only_what_is_missing(tmp_path: Path) -> None:
     """A resumed run with more planned tasks probes just the new ones, with no duplicates."""
-    run(make_tasks(3), backend="cpu", out_dir=tmp_path, workers=1, handlers=HANDLERS, progress=False)
+    run(make_tasks(3), command="runner test", backend="cpu", out_dir=tmp_path, workers=1, handlers=HANDLERS, progress=False)
     summary = run(
-        make_tasks(5), backend="cpu", out_dir=tmp_path, workers=1, resume=True, handlers=HANDLERS, progress=False
+        make_tasks(5), command="runner test", backend="cpu", out_dir=tmp_path, workers=1, resume=True, handlers=HANDLERS, progress=False
     )
     assert (summary.resumed, summary.probed, summary.recorded) == (3, 2, 5)
     assert sorted(_task_ids(tmp_path)) == sorted(t.id for t in make_tasks(5))
@@ -144,13 +145,13 @@ def test_unchanged_rerun_reuses_records_by_evidence_key(tmp_path: Path) -> None:
     """Same build, same op source, same task: copied from the last journal, not re-probed."""
     options = {"op_source_hash": "abc"}
     first = run(
-        make_tasks(4), backend="cpu", out_dir=tmp_path, workers=1, handlers=HANDLERS, options=options, progress=False
+        make_tasks(4), command="runner test", backend="cpu", out_dir=tmp_path, workers=1, handlers=HANDLERS, options=options, progress=False
     )
     keys = {r["task"]: r["evidence_key"] for r in _lines(tmp_path) if r["kind"] == "task"}
     assert first.probed == 4 and len(set(keys.values())) == 4
 
     again = run(
-        make_tasks(4), backend="cpu", out_dir=tmp_path, workers=1, handlers=HANDLERS, options=options, progress=False
+        make_tasks(4), command="runner test", backend="cpu", out_dir=tmp_path, workers=1, handlers=HANDLERS, options=options, progress=False
     )
     assert (again.reused, again.probed, again.recorded) == (4, 0, 4)
     assert {r["task"]: r["evidence_key"] for r in _lines(tmp_path) if r["kind"] == "task"} == keys
@@ -159,13 +160,13 @@ def test_unchanged_rerun_reuses_records_by_evidence_key(tmp_path: Path) -> None:
     changed = make_tasks(4)
     changed[1] = make_tasks(4, units=2)[1]  # a different sample spec for one task
     partly = run(
-        changed, backend="cpu", out_dir=tmp_path, workers=1, handlers=HANDLERS, options=options, progress=False
+        changed, command="runner test", backend="cpu", out_dir=tmp_path, workers=1, handlers=HANDLERS, options=options, progress=False
     )
     assert (partly.reused, partly.probed) == (3, 1)
 
     new_source = run(
         make_tasks(4),
-        backend="cpu",
+        command="runner test", backend="cpu",
         out_dir=tmp_path,
         workers=1,
         handlers=HANDLERS,
@@ -179,7 +180,7 @@ def test_devices_are_spread_over_workers(tmp_path: Path) -> None:
     """--devices 0,1: worker i probes devices[i % 2], so both devices get work."""
     run(
         make_tasks(6, sleep=0.2),
-        backend="cpu",
+        command="runner test", backend="cpu",
         out_dir=tmp_path,
         workers=2,
         devices=["0", "1"],
@@ -210,7 +211,7 @@ def test_unchanged_rerun_of_a_host_backend_starts_no_worker(tmp_path: Path, monk
 
     def again() -> object:
         return run(
-            make_tasks(4), backend="cpu", out_dir=tmp_path, workers=1, handlers=HANDLERS, options=options, progress=False
+            make_tasks(4), command="runner test", backend="cpu", out_dir=tmp_path, workers=1, handlers=HANDLERS, options=options, progress=False
         )
 
     first = again()
@@ -222,6 +223,7 @@ def test_unchanged_rerun_of_a_host_backend_starts_no_worker(tmp_path: Path, monk
     assert {r["task"]: r["evidence_key"] for r in _lines(tmp_path) if r["kind"] == "task"} == keys
     header = _lines(tmp_path)[0]
     assert header["kind"] == "header" and header["evidence_key"] and header["evidence"]["torch_version"]
+    assert header["command"] == "runner test"  # what the caller said the run stands for
 
     # a variable that steers the backend changes the fingerprint: a worker confirms the identity
     monkeypatch.setenv("OPMATRIX_REFACCEL_DRIVER", "ok")
@@ -237,7 +239,7 @@ def test_the_orchestrator_never_imports_torch(tmp_path: Path) -> None:
         "from opmatrix.probes.runner import run\n"
         "from tests.runner_handlers import HANDLERS, make_tasks\n"
         "if __name__ == '__main__':\n"
-        f"    s = run(make_tasks(2), backend='cpu', out_dir={str(tmp_path)!r}, workers=1, handlers=HANDLERS,"
+        f"    s = run(make_tasks(2), command='runner test', backend='cpu', out_dir={str(tmp_path)!r}, workers=1, handlers=HANDLERS,"
         " progress=False)\n"
         "    assert s.probed == 2, s\n"
         "    print('torch' in sys.modules)\n"
@@ -255,6 +257,6 @@ def test_tasks_an_earlier_run_timed_go_longest_first(tmp_path: Path) -> None:
     lines = [json.dumps({"kind": "header", "backend": "cpu", "planned": 4})]
     lines += [json.dumps({"kind": "task", "task": t, "outcome": "crashed", "seconds": s}) for t, s in timed.items()]
     (tmp_path / "journal.jsonl").write_text("\n".join(lines) + "\n")
-    summary = run(make_tasks(4), backend="cpu", out_dir=tmp_path, workers=1, handlers=HANDLERS, progress=False)
+    summary = run(make_tasks(4), command="runner test", backend="cpu", out_dir=tmp_path, workers=1, handlers=HANDLERS, progress=False)
     assert summary.probed == 4  # faulted records are timed, never reused
     assert _task_ids(tmp_path) == ["t2|float32", "t3|float32", "t1|float32", "t0|float32"]

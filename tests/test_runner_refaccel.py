@@ -30,7 +30,7 @@ def test_refaccel_faults_are_recorded_on_the_cells_that_caused_them(
         Task(f"{op}|float32", "op", {"source": op, "dtype": "float32", "options": options}, order=i)
         for i, op in enumerate(OPS)
     ]
-    summary = run(tasks, backend="refaccel", generation="g2", out_dir=tmp_path, workers=2, timeout=10.0, progress=False,
+    summary = run(tasks, command="runner test", backend="refaccel", generation="g2", out_dir=tmp_path, workers=2, timeout=10.0, progress=False,
                   handlers=TASK_HANDLERS)
     assert not summary.aborted, summary.message
     lines = [json.loads(line) for line in (tmp_path / "journal.jsonl").read_text().splitlines()[1:]]

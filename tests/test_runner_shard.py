@@ -43,11 +43,11 @@ def _matrix(records: list) -> dict:
 def test_sharded_runs_merge_into_the_unsharded_matrix(tmp_path: Path) -> None:
     """Shards 1/3, 2/3, 3/3 record disjoint tasks whose union, merged, is the unsharded matrix."""
     tasks = make_tasks(9, faults={"t4": {"u1": "oom"}})
-    run(tasks, backend="cpu", out_dir=tmp_path / "all", workers=2, handlers=HANDLERS, progress=False)
+    run(tasks, command="runner test", backend="cpu", out_dir=tmp_path / "all", workers=2, handlers=HANDLERS, progress=False)
     journals = []
     for i in (1, 2, 3):
         summary = run(
-            tasks, backend="cpu", out_dir=tmp_path / f"s{i}", workers=1, shard=(i, 3), handlers=HANDLERS, progress=False
+            tasks, command="runner test", backend="cpu", out_dir=tmp_path / f"s{i}", workers=1, shard=(i, 3), handlers=HANDLERS, progress=False
         )
         assert summary.planned == summary.recorded == len(select_shard(tasks, i, 3))
         journals.append(read_journal(tmp_path / f"s{i}" / "journal.jsonl"))

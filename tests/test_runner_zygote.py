@@ -41,7 +41,7 @@ if __name__ == "__main__":
     tasks = make_tasks(8, units=2, sleep=0.3, pid_dir=sys.argv[2], faults={"t1": {"u0": "segv"}})
     # one worker at a time: every worker that starts runs a unit (the crash leaves work only it can
     # do), so which processes ran and where they came from never depends on how fast each started
-    s = run(tasks, backend="cpu", out_dir=sys.argv[1], workers=1, handlers=HANDLERS, progress=False)
+    s = run(tasks, command="runner test", backend="cpu", out_dir=sys.argv[1], workers=1, handlers=HANDLERS, progress=False)
     print(json.dumps({"probed": s.probed, "restarts": s.restarts, "pid": os.getpid(),
                       "server": forkserver._forkserver._forkserver_pid}))
 """

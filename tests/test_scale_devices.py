@@ -73,7 +73,7 @@ def test_devices_all_runs_a_worker_per_device_and_finds_the_bad_chip(
     monkeypatch.setenv("OPMATRIX_REFACCEL_BAD_DEVICE", "1:aten::mul")
     monkeypatch.delenv("OPMATRIX_REFACCEL_DEVICES", raising=False)
     tasks = _tasks(["mul"], ["float32", "float16", "bfloat16"])  # float64: g2 rejects it
-    summary = run(tasks, backend="refaccel", generation="g2", out_dir=tmp_path, devices="all", timeout=30.0,
+    summary = run(tasks, command="runner test", backend="refaccel", generation="g2", out_dir=tmp_path, devices="all", timeout=30.0,
                   progress=False, handlers=TASK_HANDLERS)
     assert not summary.aborted, summary.message
     records = _records(tmp_path)
@@ -103,7 +103,7 @@ def test_a_crash_on_one_device_replaces_that_devices_worker_on_the_same_device(
 ) -> None:
     monkeypatch.setenv("OPMATRIX_REFACCEL_FAULT", "crash:aten::neg")
     tasks = _tasks(["neg", "add"], ["float32", "float64"])
-    summary = run(tasks, backend="refaccel", generation="g2", out_dir=tmp_path, devices=[0, 1], timeout=30.0,
+    summary = run(tasks, command="runner test", backend="refaccel", generation="g2", out_dir=tmp_path, devices=[0, 1], timeout=30.0,
                   progress=False, handlers=TASK_HANDLERS)
     records = _records(tmp_path)
     assert summary.restarts >= 1 and len(records) == len(tasks)

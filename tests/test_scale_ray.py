@@ -80,7 +80,7 @@ def test_an_actor_killed_mid_task_is_a_crash_and_keeps_the_units_it_finished(clu
 
     killer = threading.Thread(target=kill_the_actor)
     killer.start()
-    summary = run(tasks, backend="cpu", out_dir=tmp_path / "out", handlers=HANDLERS, timeout=30, progress=False,
+    summary = run(tasks, command="runner test", backend="cpu", out_dir=tmp_path / "out", handlers=HANDLERS, timeout=30, progress=False,
                   executor=_executor())
     killer.join()
     (record,) = _records(tmp_path / "out")
@@ -104,7 +104,7 @@ def test_an_actor_killed_mid_task_is_a_crash_and_keeps_the_units_it_finished(clu
 
 def test_a_unit_past_its_deadline_kills_the_actor_and_is_hung(cluster: Any, tmp_path: Path) -> None:
     tasks = make_tasks(2, units=3, faults={"t1": {"u1": "hang"}})
-    summary = run(tasks, backend="cpu", out_dir=tmp_path, handlers=HANDLERS, timeout=2, progress=False,
+    summary = run(tasks, command="runner test", backend="cpu", out_dir=tmp_path, handlers=HANDLERS, timeout=2, progress=False,
                   executor=_executor())
     cells = {(r["task"], c["result"]["outcome"]) for r in _records(tmp_path) for c in r["cells"]}
     assert ("t1|float32", "hung") in cells and ("t0|float32", "ok") in cells

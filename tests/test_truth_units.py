@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -20,6 +19,7 @@ from opmatrix.probes.ops.faults import SkipPlan
 from opmatrix.probes.runner.plan import COMPILE_TIMEOUT_FACTOR
 from opmatrix.probes.runner.runner import fault_budget
 from opmatrix.probes.runner.task import Skip
+from opmatrix.schema import UnitId
 
 
 def test_health_check_uses_only_the_bringup_opset() -> None:
@@ -105,19 +105,15 @@ def test_samples_come_from_opinfo_without_its_stack_crawl() -> None:
         assert torch.equal(a.input, b.input) and a.kwargs == b.kwargs
 
 
-def _unit(index: str) -> SimpleNamespace:
-    return SimpleNamespace(index=index)
-
-
 def _walk(plan: SkipPlan, order: list[str]) -> dict[str, str]:
     return {uid: (d if isinstance(d, str) else d.outcome) for uid in order
-            if (d := plan.decide(_unit(uid.split("/")[0]), uid)) is not None}
+            if (d := plan.decide(UnitId.parse(uid))) is not None}
 
 
 def test_eager_fault_skips_only_that_samples_later_layouts() -> None:
     """roll dies on empty inputs only: the other samples run, and earlier layouts too."""
     order = [f"{i}/{lay}/eager" for i in ("0", "1", "2") for lay in ("contiguous", "transposed", "expanded")]
-    plan = SkipPlan({"1/transposed/eager": Skip("crashed", "SIGSEGV")}, None)
+    plan = SkipPlan.from_runner({"1/transposed/eager": Skip("crashed", "SIGSEGV")}, None)
     got = _walk(plan, order)
     assert got["1/contiguous/eager"] == "run" and got["1/transposed/eager"] == "crashed"
     assert got["1/expanded/eager"] == "not_run" and got["2/contiguous/eager"] == "run"
@@ -126,7 +122,7 @@ def test_eager_fault_skips_only_that_samples_later_layouts() -> None:
 
 def test_backward_fault_skips_the_backward_for_the_rest_of_the_task() -> None:
     order = ["0/contiguous/eager", "0/contiguous/backward", "1/contiguous/eager", "1/contiguous/backward"]
-    plan = SkipPlan({"0/contiguous/backward": Skip("crashed", "SIGSEGV")}, None)
+    plan = SkipPlan.from_runner({"0/contiguous/backward": Skip("crashed", "SIGSEGV")}, None)
     got = _walk(plan, order)
     assert got == {"0/contiguous/eager": "run", "0/contiguous/backward": "crashed",
                    "1/contiguous/eager": "run", "1/contiguous/backward": "not_run"}
@@ -136,12 +132,29 @@ def test_skip_rest_keeps_units_before_the_last_fault() -> None:
     """Past the fault budget, what ran before the last fault runs again (results kept); what
     comes after it is listed as not run, with the reason, never as a fault cell."""
     order = [f"{i}/contiguous/eager" for i in range(5)]
-    rest = Skip("crashed", "not run: the task faulted 3 times; last: SIGSEGV")
-    plan = SkipPlan({"1/contiguous/eager": Skip("crashed", "x"), "2/contiguous/eager": Skip("crashed", "x")}, rest)
+    rest = Skip("crashed", "not run: the task faulted 3 times; last: SIGSEGV",
+                not_run="not run: the task faulted 3 times; last: SIGSEGV")
+    plan = SkipPlan.from_runner({"1/contiguous/eager": Skip("crashed", "x"), "2/contiguous/eager": Skip("crashed", "x")}, rest)
     got = _walk(plan, order)
     assert got == {"0/contiguous/eager": "run", "1/contiguous/eager": "crashed", "2/contiguous/eager": "crashed",
                    "3/contiguous/eager": "not_run", "4/contiguous/eager": "not_run"}
     assert plan.not_run["3/contiguous/eager"].startswith("not run: the task faulted 3 times")
+
+
+def test_units_past_the_fault_budget_are_not_run_by_the_skips_field_not_its_words() -> None:
+    """Whether a unit never ran is the runner's typed ``not_run``, never words in a message: a
+    crash that says "could not run" is a fault whose later units are listed with its message."""
+    order = [f"{i}/contiguous/eager" for i in range(3)]
+    crash = Skip("crashed", "RuntimeError: could not run 'aten::foo' with arguments from the backend")
+    plan = SkipPlan.from_runner({"0/contiguous/eager": Skip("crashed", "x")}, crash)
+    assert _walk(plan, order)["1/contiguous/eager"] == "not_run"
+    assert plan.not_run["1/contiguous/eager"] == f"not run: {crash.message}"
+    said = "not run: the task faulted 4 times; last: SIGSEGV"
+    plan = SkipPlan.from_runner({"0/contiguous/eager": Skip("crashed", "x")}, Skip("crashed", "SIGSEGV", not_run=said))
+    _walk(plan, order)
+    assert plan.not_run == {"1/contiguous/eager": said, "2/contiguous/eager": said}
+    with pytest.raises(ValueError, match="unit id"):
+        SkipPlan.from_runner({"1:contiguous:eager": crash}, None)  # ids are parsed, not matched as text
 
 
 def test_the_host_computes_a_unit_only_when_the_cpu_takes_its_layout() -> None:

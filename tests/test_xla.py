@@ -182,7 +182,7 @@ def test_an_input_that_kills_the_process_is_crashed_on_its_cell_and_nothing_else
         Task("roll|float32", "op", {"source": "roll", "dtype": "float32", "options": options}, order=0),
         Task("add|float32", "op", {"source": "add", "dtype": "float32", "options": options}, order=1),
     ]
-    summary = run(tasks, backend="xla", out_dir=tmp_path, workers=1, timeout=300, progress=False,
+    summary = run(tasks, command="runner test", backend="xla", out_dir=tmp_path, workers=1, timeout=300, progress=False,
         handlers=TASK_HANDLERS)
     lines = (tmp_path / "journal.jsonl").read_text().splitlines()
     records = {r["task"]: r for r in map(json.loads, lines[1:])}
@@ -213,7 +213,7 @@ def test_a_failed_graph_does_not_poison_the_ops_after_it(tmp_path: Path):
     options = {"compile": "off", "autograd": False, "layouts": ["contiguous"]}
     tasks = [Task(f"{src}|float32", "op", {"source": src, "dtype": "float32", "options": options}, order=i)
              for i, src in enumerate(["linalg.pinv", "special.i1"])]
-    run(tasks, backend="xla", out_dir=tmp_path, workers=1, timeout=300, progress=False,
+    run(tasks, command="runner test", backend="xla", out_dir=tmp_path, workers=1, timeout=300, progress=False,
         handlers=TASK_HANDLERS)
     records = {r["task"]: r for r in map(json.loads, (tmp_path / "journal.jsonl").read_text().splitlines()[1:])}
     pinv = [c["result"] for c in records["linalg.pinv|float32"]["cells"]]
@@ -229,7 +229,7 @@ def test_to_sparse_keeps_its_observed_fallback_when_the_copy_back_fails(tmp_path
     host did the work, so the cell is fallback with outcome error and its copies, not rejected."""
     options = {"compile": "off", "autograd": False, "layouts": ["contiguous"], "max_samples": 2}
     tasks = [Task("to_sparse|float32", "op", {"source": "to_sparse", "dtype": "float32", "options": options})]
-    run(tasks, backend="xla", out_dir=tmp_path, workers=1, timeout=300, progress=False,
+    run(tasks, command="runner test", backend="xla", out_dir=tmp_path, workers=1, timeout=300, progress=False,
         handlers=TASK_HANDLERS)
     record = json.loads((tmp_path / "journal.jsonl").read_text().splitlines()[1])
     cells = [c["result"] for c in record["cells"]]

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import torch
 
-from opmatrix.schema import ExecPath, FallbackState, Mode, Outcome
+from opmatrix.schema import ExecPath, FallbackState, Mode, Outcome, UnitId
 
 from . import observe
 from .cells import SampleResult
@@ -33,7 +33,7 @@ from .values import error_info, readable
 __all__ = ["probe_eager", "refusal_text"]
 
 
-def _failed(st: EngineState, unit: Unit, uid: str, dc: DeviceCall, result: SampleResult, dname: str,
+def _failed(st: EngineState, unit: Unit, uid: UnitId, dc: DeviceCall, result: SampleResult, dname: str,
             host_computes: Callable[[], bool]) -> None:
     """A device call that raised: rejected, or a fault; fallback seen before the error is kept
     (:func:`.faults.failed_call` decides, the same way as for a compiled call)."""
@@ -52,7 +52,7 @@ def _staged(st: EngineState, unit: Unit) -> tuple[Values | None, BaseException |
         return None, readable(exc)
 
 
-def _staging_failed(st: EngineState, unit: Unit, uid: str, exc: BaseException, result: SampleResult,
+def _staging_failed(st: EngineState, unit: Unit, uid: UnitId, exc: BaseException, result: SampleResult,
                     dname: str) -> None:
     """Staging the inputs raised before the op ran: a clean refusal (the device cannot hold this
     dtype) is ``rejected`` for the cell's dtype; anything else is an error of the cell."""

@@ -25,7 +25,7 @@ import torch
 
 from opmatrix.probes.ops import task_id
 from opmatrix.probes.runner import Skip, WorkerPoisoned
-from opmatrix.schema import Autograd, ErrorInfo, ExecPath, Layout, Mode, OpName, Outcome, TaskRecord
+from opmatrix.schema import Autograd, ErrorInfo, ExecPath, Layout, Mode, OpName, Outcome, TaskRecord, UnitId
 
 from .backward import NoGradient, claims_backward, differentiable, grad_masks, probe_backward
 from .cells import SampleResult, cells_from_samples
@@ -54,13 +54,13 @@ class _TaskRun:
         self.st, self.entry, self.dtype_name, self.opts, self.plan = st, entry, dtype_name, opts, plan
         #: what the runner kept of earlier attempts (:mod:`opmatrix.probes.runner.carry`): units they
         #: finished (restored, not run again), units retried in a fresh worker, where to checkpoint
-        self.carried: dict[str, UnitDone] = {
-            uid: done for batch in (getattr(ctx, "carried", None) or {}).values() for uid, done in load_batch(batch).items()}
-        self.retried: Mapping[str, str] = getattr(ctx, "retried", None) or {}
+        self.carried: dict[UnitId, UnitDone] = {UnitId.parse(uid): done for batch in (
+            getattr(ctx, "carried", None) or {}).values() for uid, done in load_batch(batch).items()}
+        self.retried = {UnitId.parse(uid): why for uid, why in (getattr(ctx, "retried", None) or {}).items()}
         self.checkpoint: Callable[[str, bytes], None] | None = getattr(ctx, "checkpoint", None)
         #: finished units not yet checkpointed: pickled and written together (one pickle per unit
         #: cost 20-30 us, a batch 3-8 us per unit); a crash re-runs at most one batch
-        self.unsaved: dict[str, UnitDone] = {}
+        self.unsaved: dict[UnitId, UnitDone] = {}
         self.saved_at = time.perf_counter()
         self.dtype = getattr(torch, dtype_name)
         self.claims_backward = claims_backward(entry, self.dtype)
@@ -76,9 +76,9 @@ class _TaskRun:
         self.references: dict[tuple[str, bool], Reference] = {}
         self.gradients: dict[tuple[str, bool], Any] = {}  # and its CPU gradients
 
-    def _admit(self, unit: Unit, uid: str, mode: Mode) -> bool:
+    def _admit(self, unit: Unit, uid: UnitId, mode: Mode) -> bool:
         """Whether ``uid`` runs now; one that an earlier fault rules out is recorded (or listed as not run)."""
-        decision = self.plan.decide(unit, uid)
+        decision = self.plan.decide(uid)
         if isinstance(decision, Skip):
             self.results.append(fault_result(self.st, unit, mode, decision))
         return decision == "run"
@@ -104,7 +104,7 @@ class _TaskRun:
                 self.autograd_budget.get(akey, 0) - grads, self.compile_done.get(ckey, False) and not compiled)
             now = time.perf_counter()
             if now - self.saved_at >= CHECKPOINT_S or len(self.unsaved) >= CHECKPOINT_UNITS:
-                self.checkpoint(f"{len(self.results)}@{now}", dump_batch(self.unsaved))
+                self.checkpoint(f"{len(self.results)}@{now}", dump_batch({str(u): d for u, d in self.unsaved.items()}))
                 self.unsaved, self.saved_at = {}, now
 
     def _restore(self, unit: Unit, done: UnitDone) -> None:
@@ -130,7 +130,7 @@ class _TaskRun:
                         f"{step} ran without a fault in a fresh worker (it had first "
                         f"{self.retried[sid]})")]))
 
-    def _run(self, unit: Unit, uid: str) -> None:
+    def _run(self, unit: Unit, uid: UnitId) -> None:
         no_ref, own = None, None
         key = values_key(unit)
         ref: Reference | None = self.references.get(key)
@@ -145,7 +145,7 @@ class _TaskRun:
                     return
                 ref, no_ref = None, f"the CPU reference rejects this input ({refusal_text(exc)})"
                 self.invalid += 1
-        self.progress(uid)
+        self.progress(str(uid))
         before = len(self.results)
         eager = self._eager(unit, ref, no_ref, own)
         if eager.error is not None and own is not None:
@@ -163,13 +163,13 @@ class _TaskRun:
             release_failed_calls()
 
 
-    def _layout_invalid(self, unit: Unit, uid: str, exc: BaseException) -> bool:
+    def _layout_invalid(self, unit: Unit, uid: UnitId, exc: BaseException) -> bool:
         """A layout variant the CPU refuses although it takes the sample contiguous changes what
         the op addresses (``as_strided`` reads the storage, which a layout rebuilds): not a variant
         of this sample, so not a cell; listed as not run with the CPU's refusal."""
         if unit.layout is Layout.contiguous or (unit.index, False) not in self.references:
             return False
-        self.plan.not_run[uid] = (f"not run: the CPU refuses this sample in the {unit.layout.value} layout although it "
+        self.plan.not_run[str(uid)] = (f"not run: the CPU refuses this sample in the {unit.layout.value} layout although it "
                                   f"takes it contiguous (the layout changes what the op computes): {refusal_text(exc)}")
         return True
 
@@ -182,7 +182,7 @@ class _TaskRun:
             return
         self.autograd_budget[key] = self.autograd_budget.get(key, 0) + 1
         bid = unit_id(unit, "backward")
-        decision = self.plan.decide(unit, bid)
+        decision = self.plan.decide(bid)
         if decision == "not_run":
             return
         if isinstance(decision, Skip):
@@ -190,7 +190,7 @@ class _TaskRun:
             said = f"backward {decision.outcome} in unit {bid}: {decision.headline}"
             eager.note = "; ".join(filter(None, [eager.note, said]))
             return
-        self.progress(bid)
+        self.progress(str(bid))
         try:
             eager.autograd = probe_backward(self.st, self.entry.info.op, unit, self.dtype, self.gradients)
         except NoGradient as why:
@@ -227,7 +227,7 @@ class _TaskRun:
         cid = unit_id(unit, "compile")
         if not self._admit(unit, cid, Mode.compile):
             return
-        self.progress(cid)
+        self.progress(str(cid))
         self.results.append(probe_compile(self.st, self.entry, unit, self.dtype, ref, eager,
                                           backend=self.opts.compile_backend))
 
@@ -300,7 +300,7 @@ def probe_task(adapter_or_ctx: Adapter | WorkerContext | InlineContext, source: 
                           skipped=f"no sample holds {dtype_name}: OpInfo's {len(samples)} samples at {dtype_name} hold "
                                   f"{', '.join(held) or 'no tensor'} (cells are filed under the dtype passed)")
     masks = grad_masks(entry, dtype, samples, opts)
-    run = _TaskRun(st, entry, dtype_name, opts, SkipPlan(skip, skip_rest), progress, ctx)
+    run = _TaskRun(st, entry, dtype_name, opts, SkipPlan.from_runner(skip, skip_rest), progress, ctx)
     for unit in units(st, entry, samples, opts, values_undefined(entry, dtype), masks):
         run.unit(unit)
     run.samples = len(samples)

@@ -17,7 +17,6 @@ A unit that is not run is not a cell: it is listed in ``TaskRecord.not_run`` wit
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping
 from typing import Literal, TypeAlias, Union
 
@@ -35,7 +34,7 @@ __all__ = ["Decision", "SkipPlan", "failed_call", "fault_from_exception", "fault
 Decision: TypeAlias = Union[Literal["run", "not_run"], Skip]  # noqa: UP007 - a Literal in the union
 
 
-def fault_from_exception(st: EngineState, unit_id: str, exc: BaseException) -> Outcome | None:
+def fault_from_exception(st: EngineState, unit_id: UnitId, exc: BaseException) -> Outcome | None:
     """None for a clean rejection: a message that names what is unsupported, after which the
     device's health check still passes; otherwise ``oom`` or ``error``, or raise
     :class:`WorkerPoisoned` when the device check that passed before fails now (positive evidence
@@ -43,13 +42,13 @@ def fault_from_exception(st: EngineState, unit_id: str, exc: BaseException) -> O
     verdict = st.adapter.classify_exception(exc)
     problem = None if st.adapter.is_host else st.adapter.poisoned_after_fault()
     if problem is not None:
-        raise WorkerPoisoned(unit_id, f"device unusable after {type(exc).__name__}: {problem}")
+        raise WorkerPoisoned(str(unit_id), f"device unusable after {type(exc).__name__}: {problem}")
     if verdict.outcome == "rejected":
         return None
     return Outcome.oom if verdict.outcome == "oom" else Outcome.error
 
 
-def failed_call(st: EngineState, op: OpName, unit_id: str, exc: BaseException, fell_back: bool,
+def failed_call(st: EngineState, op: OpName, unit_id: UnitId, exc: BaseException, fell_back: bool,
                 host_computes: Callable[[], bool]) -> tuple[ExecPath, Outcome, str | None]:
     """Path, outcome and note of a device call that raised, the same in eager and compiled mode.
 
@@ -77,39 +76,41 @@ def fault_result(st: EngineState, unit: Unit, mode: Mode, fault: Skip) -> Sample
                                         signal=fault.signal))
 
 
-@functools.lru_cache(maxsize=65536)
-def _step_of(uid: str) -> str:
-    return UnitId.parse(uid).step
-
-
 class SkipPlan:
-    """Which units of a task run, fault, or are not run, from the runner's ``skip``/``skip_rest``."""
+    """Which units of a task run, fault, or are not run, from the runner's ``skip``/``skip_rest``.
 
-    def __init__(self, skip: Mapping[str, Skip] | None, skip_rest: Skip | None):
+    The runner names units as text (what :func:`.units.unit_id` printed to ``progress``); they are
+    parsed here, once, into :class:`UnitId` (:meth:`from_runner`)."""
+
+    def __init__(self, skip: Mapping[UnitId, Skip] | None, skip_rest: Skip | None):
         self.skip = dict(skip or {})
         self.rest = skip_rest
         self.pending = set(self.skip)  # faulted units not yet passed in this attempt
-        self.faulted: dict[tuple[str, str], str] = {}  # (sample index, mode) -> the unit that faulted
+        self.faulted: dict[tuple[str, str], UnitId] = {}  # (sample index or "*", step) -> the unit that faulted
+        #: units (and OpInfo's unyielded samples) that never ran -> why: ``TaskRecord.not_run``
         self.not_run: dict[str, str] = {}
 
-    def decide(self, unit: Unit, uid: str) -> Decision:
+    @classmethod
+    def from_runner(cls, skip: Mapping[str, Skip] | None, skip_rest: Skip | None) -> SkipPlan:
+        return cls({UnitId.parse(uid): fault for uid, fault in (skip or {}).items()}, skip_rest)
+
+    def decide(self, uid: UnitId) -> Decision:
         """``"run"``, ``"not_run"`` (recorded here) or the unit's fault (a :class:`Skip`)."""
         self.pending.discard(uid)
         fault = self.skip.get(uid)
-        mode = _step_of(uid)
         # eager faults depend on the input (roll dies on empty inputs only): that sample; a
-        # backward or compile fault is the op's: that mode, for the rest of the task
-        kind = (unit.index if mode == "eager" else "*", mode)
+        # backward or compile fault is the op's: that step, for the rest of the task
+        kind = (uid.sample if uid.step == "eager" else "*", uid.step)
         if fault is not None:
             self.faulted.setdefault(kind, uid)
             return fault
         first = self.faulted.get(kind)
         if first is not None:
             outcome = self.skip[first].outcome
-            what = f"sample {unit.index}" if kind[0] != "*" else f"the {kind[1]} of this op"
-            self.not_run[uid] = f"not run: {what} {outcome} the worker in unit {first}"
+            what = f"sample {uid.sample}" if kind[0] != "*" else f"the {uid.step} of this op"
+            self.not_run[str(uid)] = f"not run: {what} {outcome} the worker in unit {first}"
             return "not_run"
         if self.rest is not None and not self.pending:
-            self.not_run[uid] = self.rest.message if "not run" in self.rest.message else f"not run: {self.rest.message}"
+            self.not_run[str(uid)] = self.rest.not_run or f"not run: {self.rest.message}"
             return "not_run"
         return "run"

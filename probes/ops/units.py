@@ -87,9 +87,10 @@ class Unit:
     grad_mask: tuple[bool, ...] | None = None
 
 
-def unit_id(unit: Unit, step: str) -> str:
-    """The unit's id at ``step`` (eager, backward, compile), as the board and the runner name it."""
-    return str(UnitId(unit.index, unit.layout, step))
+def unit_id(unit: Unit, step: str) -> UnitId:
+    """The unit's id at ``step`` (eager, backward, compile); printed once where the runner (its
+    board, ``skip``) or a record (``not_run``) names it."""
+    return UnitId(unit.index, unit.layout, step)
 
 
 def values_key(unit: Unit) -> tuple[str, bool]:

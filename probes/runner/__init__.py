@@ -3,7 +3,8 @@
     from opmatrix.probes.handlers import TASK_HANDLERS
     from opmatrix.probes.runner import Task, run
     tasks = [Task(id="softmax|float32", kind="op", payload={"source": "softmax", "dtype": "float32"})]
-    summary = run(tasks, backend="cpu", out_dir="out/cpu", workers=2, timeout=60, handlers=TASK_HANDLERS)
+    summary = run(tasks, backend="cpu", out_dir="out/cpu", workers=2, timeout=60, handlers=TASK_HANDLERS,
+                  command="my-probe --backend cpu")
     raise SystemExit(summary.exit_code)
 
 See :mod:`.task` for the handler contract and :mod:`.runner` for the fault rules.

@@ -15,6 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import BaseModel
+
+from opmatrix.schema import DeviceCells, Outcome, TaskRecord
+
 from .executor import Worker
 from .plan import Job
 
@@ -46,19 +50,18 @@ class RunDevices:
         self.count = count
         return count if self.grow else None
 
-    def check(self, job: Job, record: dict[str, Any], workers: int) -> dict[str, Any] | None:
+    def check(self, job: Job, record: BaseModel, workers: int) -> BaseModel | None:
         """The record to journal, with its device; None when the task must first run on another device."""
-        if not self.track or record.get("kind") != "task" or job.device is None:
+        if not self.track or not isinstance(record, TaskRecord) or job.device is None:
             return record
         if job.first is not None:  # the cross-check's record: the first device's, with these cells
-            other = {"device": job.device, "uuid": job.device_uuid, "cells": record.get("cells", [])}
-            return {**job.first, "cross_checks": [*job.first.get("cross_checks", []), other]}
-        record["device"], record["device_uuid"] = job.device, job.device_uuid
-        wrong = any((c.get("result") or {}).get("outcome") == "wrong" for c in record.get("cells") or [])
+            other = DeviceCells(device=job.device, uuid=job.device_uuid, cells=record.cells)
+            return job.first.model_copy(update={"cross_checks": [*job.first.cross_checks, other]})
+        placed = record.model_copy(update={"device": job.device, "device_uuid": job.device_uuid})
+        wrong = any(c.result.outcome is Outcome.wrong for c in placed.cells)
         if not wrong or (self.count or 0) < 2 or workers < 2:
-            return record
-        record["attempts"] = max(job.attempts, 1)
-        job.first, job.avoid = record, f"{job.device}@{job.node}"
+            return placed
+        job.first, job.avoid = placed.model_copy(update={"attempts": max(job.attempts, 1)}), f"{job.device}@{job.node}"
         # the other device starts the task afresh: nothing of the first device's attempts carries over
         job.skip, job.skip_rest, job.done, job.retried, job.faults, job.units = {}, None, {}, {}, 0, 0
         return None

@@ -1,4 +1,4 @@
-"""``run(tasks, backend=..., out_dir=...)``: the runner's public face (see :mod:`.runner` for how).
+"""``run(tasks, backend=..., out_dir=..., command=...)``: the runner's public face (see :mod:`.runner` for how).
 
 ``timeout``: seconds a unit may run without progress. ``resume``: continue the journal in
 ``out_dir`` (else it moves to ``journal.jsonl.prev`` and serves evidence-key reuse).
@@ -13,14 +13,15 @@ are :data:`opmatrix.probes.handlers.TASK_HANDLERS`), a kind without one is refus
 threads per worker (default: cores / workers). ``header``: journal header fields that
 override what the runner fills in (e.g. ``evidence`` with ``op_source``, ``runtime``).
 ``executor``: where workers run (:mod:`.executor`; default this host's processes, or
-:class:`~.raypool.RayExecutor`: one Ray actor per device of a cluster).
+:class:`~.raypool.RayExecutor`: one Ray actor per device of a cluster). ``command``: the command
+line the run stands for, as the journal header and the matrix's evidence record it and as an
+interrupted run says to resume it: a caller's own (``ProbeOptions.command_line()``), never
+read from ``sys.argv``.
 """
 
 from __future__ import annotations
 
 import os
-import shlex
-import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -53,7 +54,7 @@ def run(
     max_restarts: int | None = None,
     options: Mapping[str, Any] | None = None,
     progress: bool = True,
-    command: str | None = None,
+    command: str,
     handlers: Mapping[str, str],
     threads: int | None = None,
     header: Mapping[str, Any] | None = None,
@@ -75,7 +76,7 @@ def run(
             planned, out, backend=backend, generation=generation, workers=n, timeout=timeout, resume=resume,
             devices=plan, grow_to_devices=plan == "all" and workers is None,
             max_restarts=default_max_restarts(n, len(planned)) if max_restarts is None else max_restarts,
-            options=dict(options or {}), progress=progress, command=command or shlex.join(sys.argv),
+            options=dict(options or {}), progress=progress, command=command,
             handlers=dict(handlers), threads=threads, header=dict(header or {}), executor=executor,
         )
     except BaseException:

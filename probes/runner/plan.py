@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from opmatrix.schema import FaultOutcome
+from pydantic import BaseModel
+
+from opmatrix.schema import FaultOutcome, TaskRecord
 
 from .task import Skip, Task, resolve_handler
 
@@ -120,8 +123,19 @@ class Job:
     device: str | None = None  # the device of the worker that ran (or runs) its current attempt
     device_uuid: str | None = None
     node: str = ""  # where that device is (a Ray node id; "" on this host)
-    first: dict[str, Any] | None = None  # --devices: the first device's record, while another device cross-checks
+    first: TaskRecord | None = None  # --devices: the first device's record, while another device cross-checks
     avoid: str | None = None  # the device a cross-check must not run on
+
+    def stamp(self, record: BaseModel, worker: int | None) -> BaseModel:
+        """A task record with what the runner knows of its attempts: how many, the last worker."""
+        if not isinstance(record, TaskRecord):
+            return record
+        stamp: dict[str, Any] = {"attempts": max(self.attempts, 1), "worker": worker}
+        if not record.seconds or self.attempts > 1:
+            # a task that faulted ran over several workers: its time is all of them (the
+            # handler knows only its last attempt), which is what scheduling needs next time
+            stamp["seconds"] = round(time.monotonic() - self.started, 3)
+        return record.model_copy(update=stamp)
 
 
 #: faults worth a second try in a fresh worker: the process died, which accumulated state (a JIT

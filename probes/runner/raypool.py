@@ -23,7 +23,7 @@ recorded twice: only the driver writes the journal, once per task).
 ::
 
     executor = RayExecutor(address=None, resource=None, backend="refaccel", generation="g2")
-    summary = run(tasks, backend="refaccel", out_dir="out/r", executor=executor)
+    summary = run(tasks, backend="refaccel", out_dir="out/r", executor=executor, command="...")
 """
 
 from __future__ import annotations

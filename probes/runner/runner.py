@@ -1,7 +1,7 @@
 """The runner: spawned workers, a deadline per unit, a journal that loses nothing, resume, reuse.
 
     summary = run(tasks, backend="refaccel", generation="g2", out_dir="out/refaccel-g2", timeout=60,
-                  handlers=TASK_HANDLERS)
+                  handlers=TASK_HANDLERS, command="opmatrix probe --backend refaccel --generation g2")
     summary.exit_code      # 0 done, 1 aborted at the restart cap, 130 interrupted
 
 Each task goes to an idle worker; the worker posts each unit on its unit board before running
@@ -26,6 +26,11 @@ from collections.abc import Mapping
 from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel
+
+from opmatrix.schema import ArtifactError, FaultOutcome
+from opmatrix.schema.journalfile import parse_record
 
 from . import zygote
 from .devices import RunDevices
@@ -214,9 +219,13 @@ class Run:
             return  # a late message about a task this worker no longer owns
         elif isinstance(msg, Done):
             handle.job, handle.unit, handle.deadline = None, None, float("inf")
-            self._record(job, json.loads(msg.record), worker=handle.slot)
+            try:  # parsed once: a model from here to the journal; one that is none is the task's error
+                record = parse_record(json.loads(msg.record), f"worker {handle.slot}'s record of task {job.task.id}")
+            except (ValueError, ArtifactError) as exc:
+                return self._fault(job, None, Skip(FaultOutcome.error, str(exc)[-2000:]))
+            self._record(job, record, worker=handle.slot)
         else:  # Poisoned or Fault: the worker exits
-            skip = Skip("poisoned", msg.message) if isinstance(msg, Poisoned) else Skip(msg.outcome, msg.message)
+            skip = Skip(FaultOutcome.poisoned, msg.message) if isinstance(msg, Poisoned) else Skip(msg.outcome, msg.message)
             handle.gone = True
             self._lost(handle, fault=True)
             handle.job = None
@@ -258,7 +267,7 @@ class Run:
             self.progress.note(f"node lost: task {job.task.id} runs again on another worker ({message})")
             self.pending.appendleft(job)
         elif job is not None:
-            self._fault(job, handle.unit, Skip("crashed", message, sig))
+            self._fault(job, handle.unit, Skip(FaultOutcome.crashed, message, sig))
 
     def _expire(self, now: float) -> None:
         """Kill workers past their deadline: the running unit hung (or the worker never started).
@@ -277,7 +286,7 @@ class Run:
             if job is not None:
                 limit = unit_timeout(self.handlers, job, unit, self.timeout) if unit is not None else self.grace
                 what = f"no progress within {limit:g}s" + ("" if unit is not None else " of the task's start")
-                self._fault(job, unit, Skip("hung", f"{what}\n{tail}".strip()))
+                self._fault(job, unit, Skip(FaultOutcome.hung, f"{what}\n{tail}".strip()))
 
     # -- bookkeeping ---------------------------------------------------------------------------
 
@@ -298,8 +307,7 @@ class Run:
         budget = fault_budget(job.units)
         if (unit is None and job.skip_rest is not None) or unit in job.skip or job.faults > 2 * budget:
             # nothing new to blame: the task itself is the fault
-            record = resolve_handler(self.handlers[job.task.kind]).fault_record(job.task, skip)
-            self._record(job, json.loads(record.model_dump_json()), worker=None)
+            self._record(job, resolve_handler(self.handlers[job.task.kind]).fault_record(job.task, skip), worker=None)
             return
         if unit is None:
             job.skip_rest = skip
@@ -307,29 +315,24 @@ class Run:
             job.skip[unit] = skip
             if job.faults >= budget and job.skip_rest is None:
                 # the units after the last faulted one never run: the handler lists them as not run
-                job.skip_rest = Skip(skip.outcome, f"not run: the task faulted {job.faults} times; last: {lines[0] if lines else ''}")
+                why = f"not run: the task faulted {job.faults} times; last: {lines[0] if lines else ''}"
+                job.skip_rest = Skip(skip.outcome, why, not_run=why)
         self.pending.appendleft(job)
 
-    def _record(self, job: Job, record: dict[str, Any], worker: int | None) -> None:
-        record["task"] = job.task.id  # the runner's id is what resume and reuse match on
-        record["evidence_key"] = job.key
+    def _record(self, job: Job, record: BaseModel, worker: int | None) -> None:
+        """Journal a task's record (a worker's, or a handler's fault record), stamped with what the
+        runner knows: the task id resume and reuse match on, the evidence key, attempts, worker."""
+        record = record.model_copy(update={"task": job.task.id, "evidence_key": job.key})
         checked = self.devices.check(job, record, self.n_workers)
         if checked is None:  # journaled once another device has run it
             self.progress.note(f"cross-check: task {job.task.id} has a wrong cell on {job.device}; probing it on "
                                "another device")
             self.pending.appendleft(job)
             return
-        record = checked
-        if record.get("kind") == "task":
-            record["attempts"] = max(job.attempts, 1)
-            record["worker"] = worker
-            if not record.get("seconds") or job.attempts > 1:
-                # a task that faulted ran over several workers: its time is all of them (the
-                # handler knows only its last attempt), which is what scheduling needs next time
-                record["seconds"] = round(time.monotonic() - job.started, 3)
-        self.journal.append(json.dumps(record, separators=(",", ":"), ensure_ascii=False))
+        record = job.stamp(checked, worker)
+        self.journal.append(record.model_dump_json())
         self.summary.probed += 1
-        self.progress.add(record, fresh=True)
+        self.progress.add(record.model_dump(mode="json"), fresh=True)
 
     def _assign(self) -> None:
         for handle in sorted(self.workers.values(), key=lambda w: w.slot):

@@ -76,6 +76,9 @@ class Skip:
     outcome: FaultOutcome
     message: str
     signal: str | None = None
+    #: set on a ``skip_rest`` the runner gives after too many faults: the units it covers never
+    #: ran, and this says why (a handler that lists units lists them as not run with it)
+    not_run: str | None = None
 
     def __post_init__(self) -> None:
         try:
