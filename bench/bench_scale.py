@@ -2,20 +2,20 @@
 
     python bench/bench_scale.py [--ops add,mul,sort,softmax] [--tasks 120] [--record]
 
-1. The same refaccel probe three ways: the local pool on every device (``--devices all``), and
+1. The same refaccel probe three ways: the local pool on every device (``--devices all``),
    ``--executor ray`` on a local Ray instance (one node, its two devices as the ``refaccel``
-   resource). Wall time of each command, and ``opmatrix diff --json`` counts between the local
-   and the Ray matrix (all zero: the same cells and outcomes).
+   resource), and ``--executor ray --ray-address`` on two nodes started with ``ray start`` on
+   loopback (127.0.0.2 and 127.0.0.3, one ``refaccel`` device each; :mod:`tests.raycluster` says
+   why not 127.0.0.1 and how the nodes share a token). Wall time of each command (the two-node
+   one once the nodes run; their start is printed apart), and ``opmatrix diff --json`` counts
+   between the local matrix and each Ray matrix (all zero: the same cells and outcomes).
 2. Per-task overhead: trivial tasks (one unit each, no work: the runner tests' handler) through
    one local worker and through one Ray actor, ``--tasks`` N and then 2N of them: per task =
    (wall(2N) - wall(N)) / N, so worker (and actor) start-up and shut-down cancel out; the Ray
    instance is started once before both Ray runs. The overhead is Ray's per-task time minus the
    local pool's.
 
-The last line is ``ray overhead per task X ms`` (goal: under 20 ms). Two nodes started with
-``ray start`` on loopback are not measured here: on this machine a second ``ray start`` node
-binds the host's non-loopback address and fails token authentication (said in the output).
-``--record`` appends a row to docs/benchmarks.md (bench/benchdoc.py) with the machine's load.
+The last line is ``ray overhead per task X ms`` (goal: under 20 ms). ``--record`` appends a row to docs/benchmarks.md (bench/benchdoc.py) with the machine's load.
 """
 
 from __future__ import annotations
@@ -35,11 +35,11 @@ sys.path.insert(0, str(ROOT / "bench"))
 OPM = [sys.executable, "-m", "opmatrix"]
 
 
-def _probe(out: Path, ops: str, dtypes: str, extra: list[str]) -> float:
+def _probe(out: Path, ops: str, dtypes: str, extra: list[str], env: dict[str, str] | None = None) -> float:
     cmd = [*OPM, "probe", "--backend", "refaccel", "--generation", "g2", "--ops", ops, "--dtypes", dtypes,
            "--no-runtime", "--quiet", "--out", str(out), *extra]
     t0 = time.monotonic()
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})})
     wall = time.monotonic() - t0
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} exited {done.returncode}:\n{done.stderr[-2000:]}")
@@ -87,6 +87,7 @@ def main() -> None:
 
     bench = Run("bench_scale")
     from opmatrix.probes.runner.raypool import RayExecutor
+    from tests.raycluster import LoopbackCluster
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
@@ -94,11 +95,17 @@ def main() -> None:
         on_ray = _probe(out / "ray", args.ops, args.dtypes, ["--executor", "ray"])
         counts = _diff(out / "local", out / "ray")
         equal = not any(counts.get(k) for k in ("worse", "better", "new", "removed"))
+        t0 = time.monotonic()
+        with LoopbackCluster(out / "cluster", {"refaccel": 1}, nodes=2) as cluster:
+            started = time.monotonic() - t0
+            two = _probe(out / "two", args.ops, args.dtypes, ["--executor", "ray", "--ray-address", cluster.address],
+                         env=cluster.env)
+        counts2 = _diff(out / "local", out / "two")
+        equal2 = not any(counts2.get(k) for k in ("worse", "better", "new", "removed"))
         print(f"probe {args.ops} x {args.dtypes} on refaccel (2 devices): local pool {local:.1f} s wall, "
-              f"ray (one node, local instance) {on_ray:.1f} s wall")
-        print(f"matrices equal (opmatrix diff --json counts): {equal} {counts}")
-        print("ray, two nodes via ray start on loopback: not measured (a second ray start node on this machine "
-              "binds its non-loopback address and fails token authentication)")
+              f"ray (one node, local instance) {on_ray:.1f} s wall, ray (two nodes via ray start on 127.0.0.2/.3, "
+              f"one device each) {two:.1f} s wall (+{started:.1f} s to start the nodes)")
+        print(f"matrices equal (opmatrix diff --json counts): one node {equal} {counts}; two nodes {equal2} {counts2}")
         local_task, local_wall = _per_task(args.tasks, None, out / "t-local")
         import ray
 
@@ -114,7 +121,8 @@ def main() -> None:
     if args.record:
         bench.record({"probe local": f"{local:.1f} s", "probe ray": f"{on_ray:.1f} s", "matrices equal": str(equal),
                       "local/task": f"{local_task * 1000:.1f} ms", "ray/task": f"{ray_task * 1000:.1f} ms",
-                      "ray overhead/task": f"{overhead:.1f} ms", "two nodes": "not measured"})
+                      "ray overhead/task": f"{overhead:.1f} ms", "probe ray 2 nodes": f"{two:.1f} s",
+                      "2 nodes equal": str(equal2)})
     print(f"ray overhead per task {overhead:.1f} ms")
 
 

@@ -12,7 +12,7 @@ workers and gives the runner a handle per worker; the handle speaks the same mes
 
 Two implementations: :class:`LocalExecutor` (spawned processes, the default) and
 :class:`~.raypool.RayExecutor` (a Ray actor per device, on the nodes of a Ray cluster that have
-that device); only :mod:`.raypool` talks to Ray.
+that device); only :mod:`.raypool` and its two halves of an actor (:mod:`.rayworker`, :mod:`.rayhost`) talk to Ray.
 """
 
 from __future__ import annotations
@@ -96,6 +96,10 @@ class Executor(Protocol):
         """Devices the executor places workers on (one worker each), or None: the runner decides."""
         ...
 
+    def available(self) -> int | None:
+        """Devices on which a worker can run now (a Ray node may leave mid-run), or None: no limit."""
+        ...
+
     def spawn(self, slot: int, spec: WorkerSpec, *, replacement: bool) -> Worker: ...
 
     def stop_workers(self, handles: list[Worker]) -> None: ...
@@ -114,6 +118,9 @@ class LocalExecutor:
         return None
 
     def capacity(self) -> int | None:
+        return None
+
+    def available(self) -> int | None:
         return None
 
     def spawn(self, slot: int, spec: WorkerSpec, *, replacement: bool) -> Worker:

@@ -4,8 +4,11 @@ The actor spawns the same worker process as the local pool (:func:`~.pool.spawn_
 forked, per the fork rules of docs/levels.md), with its unit board and carry file on the node's
 own disk, relays the runner's messages to it and answers with the worker's; when the worker
 dies it reports how (signal, last words), the unit on its board and the units it had finished,
-exactly as the local runner reads them. Imported on every node; never imports Ray itself except
-to name its node.
+exactly as the local runner reads them. When the actor itself dies (killed from outside, its
+process gone) the driver runs :func:`remains` on the same node: it reads the dead actor's unit
+board and carry file once its worker is gone, so the unit running at the death is named exactly
+(as the local pool names a crashed worker's unit), at no cost per unit. Imported on every node;
+never imports Ray itself except to name its node.
 """
 
 from __future__ import annotations
@@ -13,15 +16,17 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import wait
 from typing import Any
 
+from .board import UnitBoard
 from .carry import read_carried
 from .messages import FromWorker, RunTask, Stop
 from .worker import WorkerSpec
 
-__all__ = ["Died", "WorkerHost"]
+__all__ = ["Died", "Place", "WorkerHost", "remains"]
 
 
 @dataclass(frozen=True)
@@ -32,6 +37,41 @@ class Died:
     message: str
     board: tuple[int, str, str | None]
     carried: dict[str, bytes] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where an actor keeps its worker's files on its node, and the worker's pid (for :func:`remains`)."""
+
+    dir: str
+    board_path: str
+    carry_path: str
+    pid: int
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def remains(place: Place, task_id: str) -> tuple[tuple[int, str, str | None], dict[str, bytes]]:
+    """On the node of an actor that died: its worker's last unit board and the units of ``task_id``
+    it finished, read once the worker is gone (it dies with the actor: its death signal is armed
+    against it); then the node-local files are removed."""
+    end = time.monotonic() + 10
+    while _running(place.pid) and time.monotonic() < end:
+        time.sleep(0.02)
+    try:
+        board = UnitBoard(place.board_path)
+        seq, task, unit = board.read()
+        board.close()
+        carried = read_carried(place.carry_path, task_id) if os.path.exists(place.carry_path) else {}
+    finally:
+        shutil.rmtree(place.dir, ignore_errors=True)
+    return (seq, task or "", unit), carried
 
 
 class WorkerHost:
@@ -59,12 +99,14 @@ class WorkerHost:
 
         return str(ray.get_runtime_context().get_node_id())
 
-    def start(self) -> FromWorker | Died:
-        """Spawn the worker (never forked: the fork rules of docs/levels.md) and wait for its first word."""
+    def start(self) -> tuple[FromWorker | Died, Place]:
+        """Spawn the worker (never forked: the fork rules of docs/levels.md) and wait for its first
+        word; also where its files are (read by :func:`remains` should the actor die)."""
         from .pool import spawn_worker
 
         self.handle = spawn_worker(self.slot, self.spec)
-        return self._next()
+        place = Place(self.dir, self.spec.board_path, self.spec.carry_path, int(self.handle.process.pid or 0))
+        return self._next(), place
 
     def run(self, msg: RunTask) -> tuple[FromWorker | Died, tuple[int, str, str | None]]:
         """Run one task in the worker; its answer (or how it died) and the board after it."""

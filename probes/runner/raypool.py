@@ -2,7 +2,8 @@
 
 ``opmatrix probe --executor ray`` runs the tasks the runner plans on a Ray cluster (``--ray-address
 auto|HOST:PORT``; by default a local Ray instance is started for the run and stopped after it).
-This is the only module that talks to Ray; the runner sees each actor as a :class:`~.executor.Worker`,
+With :mod:`.rayworker` (the driver's side of an actor) and :mod:`.rayhost` (the node's side) it
+is the only code that talks to Ray; the runner sees each actor as a :class:`~.executor.Worker`,
 exactly like a local worker process, so scheduling, deadlines, blame, the fault budget, carried
 units, retries and the journal (written by the driver alone) are the runner's, unchanged.
 
@@ -13,12 +14,14 @@ a device index on that node. On its node the actor runs one slot of the local po
 the same worker process (:func:`~.pool.spawn_worker`), with the same unit board and carry file on
 the node's disk, and relays the messages. So on the node, blame is exact as locally: a worker
 that crashes is reported with its signal, its last words, the unit on its board and the units it
-had finished. The driver mirrors the board and the finished units while a task runs (each
-``poll``), so even when the actor itself dies (killed, its node lost) the blame and the carried
-units are the last ones seen. A unit past its deadline makes the driver ask the actor for the
-worker's stack, then kill the actor (``hung``). An actor whose node left the cluster is no fault
-of the unit: its task runs again elsewhere with the units it had finished (nothing lost, nothing
-recorded twice: only the driver writes the journal, once per task).
+had finished. When the actor itself dies (killed from outside) the driver reads the dead actor's
+board and carry file on its node (:func:`~.rayhost.remains`, once the worker died with it): the
+unit running at the death is blamed, exactly, and every unit it finished is kept. The driver
+also mirrors the board and the finished units while a task runs (each ``poll``), which is what
+it has when the node itself is gone. A unit past its deadline makes the driver ask the actor for
+the worker's stack, then kill the actor (``hung``). An actor whose node left the cluster is no
+fault of the unit: its task runs again elsewhere with the units it had finished (nothing lost,
+nothing recorded twice: only the driver writes the journal, once per task).
 
 ::
 
@@ -29,18 +32,16 @@ recorded twice: only the driver writes the journal, once per task).
 from __future__ import annotations
 
 import contextlib
-import queue
-import threading
 import time
 from dataclasses import replace
 from multiprocessing import get_context
-from multiprocessing.connection import Connection
 from typing import Any
 
 from opmatrix.schema.io import UsageError
 
-from .messages import Done, FromWorker, Ready, Stop, ToWorker
-from .rayhost import Died, WorkerHost
+from .messages import Stop
+from .rayhost import WorkerHost, remains
+from .rayworker import RayWorker
 from .worker import WorkerSpec
 
 __all__ = ["INSTALL", "RayExecutor", "RayNoDevice", "RayWorker", "device_resource", "ray_missing"]
@@ -64,178 +65,6 @@ def ray_missing() -> str | None:
 def device_resource(device_type: str) -> str:
     """The Ray resource a node declares per device: ``GPU`` for cuda, else the device type."""
     return "GPU" if device_type == "cuda" else device_type
-
-
-class RayWorker:
-    """The driver's side of one actor: a :class:`~.executor.Worker` for the runner.
-
-    A relay thread calls the actor and puts its answers on a local pipe (``conn``), so the
-    runner waits on it as on a local worker; while a task runs it mirrors the actor's unit board
-    and finished units every ``poll`` seconds.
-    """
-
-    def __init__(self, slot: int, actor: Any, ray: Any, *, poll: float, node: str, device: str | None):
-        self.slot = slot
-        self.actor, self.ray, self.poll = actor, ray, poll
-        self.node = node
-        ctx = get_context("spawn")
-        self.conn, self._out = ctx.Pipe(duplex=False)
-        self.seen = 0
-        self.ready = False
-        self.job: Any = None
-        self.unit: str | None = None
-        self.deadline = float("inf")
-        self.gone = False
-        self.tasks = 0
-        self.device: str | None = device
-        self.device_uuid: str | None = None
-        self._inbox: queue.Queue[ToWorker | None] = queue.Queue()
-        self._board: tuple[int, str, str | None] = (0, "", None)
-        self._carried: dict[str, dict[str, bytes]] = {}
-        self._fault: tuple[str | None, str] | None = None
-        self._tail = ""
-        self._node_lost = False
-        self._dead = False
-        self._thread = threading.Thread(target=self._relay, daemon=True, name=f"opmatrix-ray-w{slot}")
-        self._thread.start()
-
-    # -- the runner's view -----------------------------------------------------------------------
-
-    @property
-    def sentinel(self) -> Connection:
-        return self.conn  # the relay closes its end when the actor is gone: EOF wakes the runner
-
-    @property
-    def lost_with_node(self) -> bool:
-        return self._node_lost
-
-    def alive(self) -> bool:
-        return not self._dead
-
-    def look(self) -> bool:
-        if self.job is None:
-            return False
-        seq, task_id, unit = self._board
-        if seq == self.seen or task_id != self.job.task.id:
-            return False
-        self.seen, self.unit = seq, unit
-        return True
-
-    def board_seq(self) -> int:
-        return self._board[0]
-
-    def carried(self, task_id: str) -> dict[str, bytes]:
-        return dict(self._carried.get(task_id, {}))
-
-    def send(self, msg: ToWorker) -> bool:
-        if self._dead:
-            return False
-        self._inbox.put(msg)
-        return True
-
-    def kill(self) -> None:
-        """Kill the actor (its worker dies with it: the death signal is armed against the actor)."""
-        self._dead = True
-        with contextlib.suppress(Exception):
-            self.ray.kill(self.actor, no_restart=True)
-        self._inbox.put(None)
-        self.conn.close()
-
-    def end(self) -> None:
-        self.kill()
-
-    def dump_stack(self) -> None:
-        """Ask the actor for the hung worker's stack, board and finished units (it kills the worker)."""
-        try:
-            tail, board, carried = self.ray.get(self.actor.hang_report.remote(), timeout=10)
-        except Exception:  # noqa: BLE001 - the actor itself is stuck or gone: the mirror stands
-            return
-        self._tail = tail
-        self._mirror(board, carried)
-
-    def log_tail(self, limit: int = 1500) -> str:
-        return self._tail[-limit:]
-
-    def exit_fault(self) -> tuple[str | None, str]:
-        return self._fault or (None, "the Ray actor ended without saying why")
-
-    # -- the relay thread ------------------------------------------------------------------------
-
-    def _mirror(self, board: tuple[int, str, str | None], carried: dict[str, bytes]) -> None:
-        if board[1] and carried:
-            self._carried.setdefault(board[1], {}).update(carried)
-        self._board = board
-
-    def _forward(self, msg: FromWorker) -> None:
-        with contextlib.suppress(OSError, ValueError):  # the runner closed its end (it killed us)
-            self._out.send(msg)
-
-    def _relay(self) -> None:
-        ray = self.ray
-        try:
-            first = ray.get(self.actor.start.remote())
-            if isinstance(first, Died):
-                self._fault = (first.signal, first.message)
-                return
-            if isinstance(first, Ready):
-                first.identity["node"] = self.node
-            self._forward(first)
-            if not isinstance(first, Ready):
-                return
-            while True:
-                msg = self._inbox.get()
-                if msg is None or isinstance(msg, Stop):
-                    with contextlib.suppress(Exception):
-                        ray.get(self.actor.stop.remote(), timeout=5)
-                    return
-                ref = self.actor.run.remote(msg)
-                while not ray.wait([ref], timeout=self.poll)[0]:
-                    if self._dead:
-                        return
-                    with contextlib.suppress(ray.exceptions.GetTimeoutError):
-                        self._mirror(*ray.get(self.actor.look.remote(), timeout=max(5.0, 4 * self.poll)))
-                answer, board = ray.get(ref)
-                if isinstance(answer, Died):
-                    self._mirror(answer.board, answer.carried)
-                    self._fault = (answer.signal, answer.message)
-                    return
-                self._board = board
-                self._forward(answer)
-                if not isinstance(answer, Done):  # Fault / Poisoned: the worker has exited
-                    return
-        except Exception as exc:  # noqa: BLE001 - the actor died, or Ray failed: the runner blames or requeues
-            if not self._dead:
-                self._actor_died(exc)
-        finally:
-            self._dead = True
-            with contextlib.suppress(OSError):
-                self._out.close()
-
-    def _actor_died(self, exc: BaseException) -> None:
-        ray = self.ray
-        text = str(exc)
-        first = next((line.strip() for line in text.splitlines() if "actor" in line.lower() and "dead" in line.lower()),
-                     text.strip().splitlines()[0] if text.strip() else type(exc).__name__)
-        self._node_lost = "node has died" in text or "node died" in text or not _node_alive(ray, self.node, wait=3.0)
-        where = f"node {self.node[:12]}"
-        if self._node_lost:
-            self._fault = (None, f"the Ray node running this worker left the cluster ({where}): {first}")
-        else:
-            self._fault = (None, f"the Ray actor running the worker died on {where}: {first}")
-
-
-def _node_alive(ray: Any, node: str, wait: float) -> bool:
-    """Whether the cluster still counts ``node`` alive (asked for up to ``wait`` seconds: a node
-    whose raylet was killed is declared dead after the cluster's health checks)."""
-    end = time.monotonic() + wait
-    while True:
-        try:
-            alive = any(n.get("NodeID") == node and n.get("Alive") for n in ray.nodes())
-        except Exception:  # noqa: BLE001 - the cluster itself is gone
-            return False
-        if not alive or time.monotonic() >= end:
-            return alive
-        time.sleep(0.5)
 
 
 def _count_devices(backend: str, generation: str | None) -> int:
@@ -263,6 +92,8 @@ class RayExecutor:
         self.places: list[tuple[str, int]] = []  # (node id, device index) of every device in the cluster
         self.assigned: dict[int, tuple[str, int]] = {}
         self.host: Any = None
+        self.reader: Any = None
+        self._alive, self._asked = 0, 0.0
 
     def start(self, out_dir: str) -> None:
         import ray
@@ -283,6 +114,7 @@ class RayExecutor:
                                       f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}"
                                       ) from None
         self.places = self._places()
+        self._alive, self._asked = len(self.places), time.monotonic()
         if not self.places:
             where = "the local Ray instance" if self.started_local else f"the Ray cluster at {self.address}"
             raise RayNoDevice(
@@ -291,10 +123,20 @@ class RayExecutor:
                 "resource with --ray-resource"
             )
         self.host = ray.remote(WorkerHost)
+        self.reader = ray.remote(remains)
 
     def capacity(self) -> int:
         """Devices the cluster has for this run: one worker each."""
         return len(self.places)
+
+    def available(self) -> int:
+        """Devices of the nodes alive now (asked of the cluster at most once a second)."""
+        now = time.monotonic()
+        if now - self._asked > 1.0:
+            with contextlib.suppress(Exception):  # the cluster did not answer: the last count stands
+                self._alive = len(self._places())
+            self._asked = now
+        return self._alive
 
     def _local_devices(self) -> int:
         ctx = get_context("spawn")
@@ -340,7 +182,9 @@ class RayExecutor:
         else:
             options["resources"] = {self.resource: 1}
         actor = self.host.options(**options).remote(slot, spec)
-        return RayWorker(slot, actor, self.ray, poll=self.poll, node=node, device=None)
+        reader = self.reader.options(num_cpus=0, max_retries=0,
+                                     scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False))
+        return RayWorker(slot, actor, self.ray, poll=self.poll, node=node, device=None, reader=reader)
 
     def stop_workers(self, handles: list[Any]) -> None:
         for handle in handles:

@@ -130,10 +130,13 @@ class Run:
         """Start workers up to what the remaining work can use (one first, to learn the key)."""
         busy = sum(1 for w in self.workers.values() if w.job is not None)
         target = min(self.n_workers, len(self.pending) + busy)
-        if self.run_key is None and self.reusable:
-            target = min(target, 1)  # a re-run may need no probing at all: learn the key first
-        if self.devices.waiting:
-            target = min(target, 1)  # --devices all: the first worker says how many devices there are
+        if (self.run_key is None and self.reusable) or self.devices.waiting:
+            # one first: a re-run may need no probing at all (learn the key); --devices all: it counts them
+            target = min(target, 1)
+        if (available := self.executor.available()) is not None:  # a Ray node left: none waits for its devices
+            target = min(target, available)
+        if target == 0 == len(self.workers) and self.pending:
+            raise Aborted("no device is left to run on (every node that had one left the cluster)")
         slot = 0
         while len(self.workers) < target:
             while slot in self.workers:
