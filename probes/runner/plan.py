@@ -22,8 +22,8 @@ from opmatrix.schema import FaultOutcome, TaskRecord
 from .task import Skip, Task, resolve_handler
 
 __all__ = ["COMPILE_TIMEOUT_FACTOR", "MAX_NODE_LOSSES", "MAX_STARTUP_FAILURES", "MAX_TASK_FAULTS", "Aborted", "Job", "RunSummary",
-           "default_max_restarts", "confirmed", "fault_budget", "ordered", "retry_in_fresh_worker", "sigterm_as_interrupt",
-           "unit_timeout"]
+           "confirmed", "default_max_restarts", "fault_budget", "ordered", "retry_in_fresh_worker",
+           "sigterm_as_interrupt", "unit_timeout", "worker_target"]
 
 #: faults any task may cause before its remaining units are listed as not run
 MAX_TASK_FAULTS = 3
@@ -57,6 +57,15 @@ def unit_timeout(handlers: Mapping[str, str], job: Job | None, unit: str | None,
 MAX_STARTUP_FAILURES = 3
 #: workers lost with their node (a Ray node leaving the cluster) before such losses count as crashes
 MAX_NODE_LOSSES = 8
+
+
+def worker_target(workers: int, work: int, *, one_first: bool, available: int | None) -> int:
+    """How many workers to keep: no more than ``work`` (tasks pending or running) can use; one
+    while ``one_first`` (a re-run may need no probing at all: the first worker's key says; with
+    ``--devices all`` the first worker counts the devices); none past the devices ``available``
+    now (a Ray node that left the cluster took its devices with it)."""
+    target = min(workers, work, 1 if one_first else workers)
+    return target if available is None else min(target, available)
 
 
 def default_max_restarts(workers: int, tasks: int) -> int:

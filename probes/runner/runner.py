@@ -52,6 +52,7 @@ from .plan import (
     fault_budget,
     retry_in_fresh_worker,
     unit_timeout,
+    worker_target,
 )
 from .task import Skip, Task, resolve_handler
 from .worker import WorkerSpec
@@ -129,12 +130,8 @@ class Run:
     def _fill(self) -> None:
         """Start workers up to what the remaining work can use (one first, to learn the key)."""
         busy = sum(1 for w in self.workers.values() if w.job is not None)
-        target = min(self.n_workers, len(self.pending) + busy)
-        if (self.run_key is None and self.reusable) or self.devices.waiting:
-            # one first: a re-run may need no probing at all (learn the key); --devices all: it counts them
-            target = min(target, 1)
-        if (available := self.executor.available()) is not None:  # a Ray node left: none waits for its devices
-            target = min(target, available)
+        target = worker_target(self.n_workers, len(self.pending) + busy, available=self.executor.available(),
+                               one_first=bool(self.run_key is None and self.reusable) or self.devices.waiting)
         if target == 0 == len(self.workers) and self.pending:
             raise Aborted("no device is left to run on (every node that had one left the cluster)")
         slot = 0
