@@ -144,16 +144,23 @@ def test_workload_diff_gate_opsets_and_reports_print_through_op_name():
     assert "aten.relu.default" in core and all(OpName.parse(n) for n in core)
 
 
+#: what a hand-written conversion of an operator name reaches for
+_NAME_PARTS = {"::", ".default", "opinfo.", "aten."}
+_STRING_SURGERY = {"partition", "rpartition", "split", "rsplit", "replace", "startswith", "endswith", "removeprefix",
+                   "removesuffix"}
+
+
 def test_no_module_outside_schema_names_takes_operator_names_apart_by_hand():
-    """The modules that name operators split no name at ``::`` themselves (schema/names.py does)."""
+    """The modules that name operators split no name at ``::``, test no ``.default`` or
+    ``opinfo.`` prefix or suffix themselves: :class:`OpName` does (schema/names.py)."""
     hits = []
     for top in ("probes", "matrix", "ci", "reports", "opmatrix"):
         for path in sorted((ROOT / top).rglob("*.py")):
             tree = ast.parse(path.read_text(encoding="utf-8"))
             for node in ast.walk(tree):
-                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
-                        "partition", "rpartition", "split", "rsplit", "replace") and node.args:
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args \
+                        and node.func.attr in _STRING_SURGERY:
                     first = node.args[0]
-                    if isinstance(first, ast.Constant) and first.value == "::":
-                        hits.append(f"{path.relative_to(ROOT)}:{node.lineno}")
-    assert hits == [], f"operator names split by hand (use OpName): {hits}"
+                    if isinstance(first, ast.Constant) and first.value in _NAME_PARTS:
+                        hits.append(f"{path.relative_to(ROOT)}:{node.lineno} .{node.func.attr}({first.value!r})")
+    assert hits == [], f"operator names taken apart by hand (use OpName): {hits}"
