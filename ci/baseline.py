@@ -78,7 +78,7 @@ def _change(key: CellKey, before: CellResult, after: CellResult, what: list[str]
     return BaselineChange(cell=cell, before_path=before.path, before_outcome=before.outcome, what="; ".join(what))
 
 
-def _pairs(before: list[CellResult], after: list[CellResult]) -> list[tuple[CellResult, CellResult]]:
+def _pairs(before: Sequence[CellResult], after: Sequence[CellResult]) -> list[tuple[CellResult, CellResult]]:
     conds_a = {frozenset(g.conditions.items()): g for g in before}
     conds_b = {frozenset(g.conditions.items()): g for g in after}
     if len(conds_a) == len(before) and conds_a.keys() == conds_b.keys():

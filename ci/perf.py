@@ -21,7 +21,7 @@ from __future__ import annotations
 import fnmatch
 
 from opmatrix.matrix.perfstats import comparison_groups, incomparable, load_records, ratio_ci
-from opmatrix.schema import FallbackPolicy, FallbackState
+from opmatrix.schema import FallbackPolicy, FallbackState, Mode
 from opmatrix.schema.gate import CellRef, CellStatus, RequirementResult, Status
 from opmatrix.schema.perf import PerfRecord, PerfRequirement
 
@@ -75,7 +75,7 @@ def _judge(rid: str, rec: PerfRecord, base: PerfRecord | None, req: PerfRequirem
         failed = failed or regressed
     if rec.injected_slowdown:
         reasons.append(f"measured with an injected slowdown ({rec.injected_slowdown}): never publish it")
-    return CellRef(op=f"perf:{rid}", mode=rec.subject.mode, status=CellStatus.failed if failed else CellStatus.passed,
+    return CellRef(op=f"perf:{rid}", mode=Mode(rec.subject.mode), status=CellStatus.failed if failed else CellStatus.passed,
                    reason="; ".join(reasons))
 
 

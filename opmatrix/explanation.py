@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from opmatrix.schema import WorkloadStep
+
 if TYPE_CHECKING:
     from opmatrix.matrix.placement import Placement
     from opmatrix.options import ExplainOptions
@@ -67,7 +69,7 @@ def explain(matrix_path: str, name: str, dtype: str = "float32", mode: str = "ea
     run = next((w for w in matrix.model.workloads if w.key() == (name, dtype, mode)), None)
     if run is None:
         return report
-    step = run.steps.get("inference")  # explain traces the forward pass: compare with that step
+    step = run.steps.get(WorkloadStep.inference)  # explain traces the forward pass: compare with that step
     what = f"the {name} run in this matrix ({dtype}, {mode})"
     if step is None or step.outcome.is_fault:
         said = run.error or (step.evidence if step is not None else "")

@@ -62,7 +62,9 @@ def _runtime_tasks(backend: str, generation: str | None) -> list[Task]:
 
 
 def _identity(adapter: Adapter) -> BackendId:
-    if adapter.dispatch_key == "PrivateUse1" and adapter.name.startswith("privateuse1:"):
+    from opmatrix.backend.builtin import PrivateUse1Adapter
+
+    if isinstance(adapter, PrivateUse1Adapter) and adapter.name.startswith("privateuse1:"):
         import importlib
 
         import torch

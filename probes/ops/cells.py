@@ -18,6 +18,7 @@ from opmatrix.schema import (
     Autograd,
     CellRecord,
     CellResult,
+    DType,
     ErrorInfo,
     ExecPath,
     FallbackEvidence,
@@ -137,8 +138,8 @@ def _numerics(samples: list[SampleResult]) -> Numerics | None:
     rel_errs = [s.max_rel for s in measured if s.max_rel is not None]
     mismatched = [s.mismatched for s in measured if s.mismatched is not None]
     return Numerics(
-        rtol=max(s.rtol for s in measured),  # type: ignore[type-var]
-        atol=max(s.atol for s in measured),  # type: ignore[type-var]
+        rtol=max(s.rtol for s in measured if s.rtol is not None),
+        atol=max(s.atol for s in measured if s.atol is not None),
         max_abs_err=_round(max(abs_errs)) if abs_errs else None,
         max_rel_err=_round(max(rel_errs)) if rel_errs else None,
         mismatched=max(mismatched) if mismatched else None,
@@ -217,7 +218,7 @@ def cells_from_samples(samples: Iterable[SampleResult], dtype: str) -> list[Cell
             parts = [({**dict(fixed), feature: label}, members) for label, members in sorted(by_label.items())]
         for conditions, members in parts:
             out.append(
-                CellRecord(op=op, dtype=cell_dtype, rank=rank, layout=layout, mode=mode,
+                CellRecord(op=op, dtype=DType(cell_dtype), rank=rank, layout=layout, mode=mode,
                            result=_result(members, conditions))
             )
     return out

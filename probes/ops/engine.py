@@ -19,13 +19,13 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
 from opmatrix.probes.ops import task_id
 from opmatrix.probes.runner import Skip, WorkerPoisoned
-from opmatrix.schema import Autograd, ErrorInfo, ExecPath, Layout, Mode, OpName, Outcome, TaskRecord, UnitId
+from opmatrix.schema import Autograd, DType, ErrorInfo, ExecPath, Layout, Mode, OpName, Outcome, TaskRecord, UnitId
 
 from .backward import NoGradient, claims_backward, differentiable, grad_masks, probe_backward
 from .cells import SampleResult, cells_from_samples
@@ -240,7 +240,7 @@ class _TaskRun:
                 else f"none of OpInfo's {self.samples} samples at {self.dtype_name} involves a device: no tensor "
                      f"in or out, or no layout asked for applies")
         return TaskRecord(
-            task=tid, source=source, dtype=self.dtype_name, outcome=max(faults) if faults else Outcome.ok,
+            task=tid, source=source, dtype=DType(self.dtype_name), outcome=max(faults) if faults else Outcome.ok,
             cells=cells, seconds=round(time.perf_counter() - started, 3), not_run=dict(self.plan.not_run),
             skipped=None if cells else f"all {len(self.plan.not_run)} units not run" if self.plan.not_run else none,
         )
@@ -278,25 +278,26 @@ def probe_task(adapter_or_ctx: Adapter | WorkerContext | InlineContext, source: 
                progress: Callable[[str], None] | None = None, skip: Mapping[str, Skip] | None = None,
                skip_rest: Skip | None = None) -> TaskRecord:
     """Probe OpInfo ``source`` at ``dtype_name`` on the adapter's device."""
-    ctx = adapter_or_ctx if hasattr(adapter_or_ctx, "cache") else InlineContext(adapter_or_ctx)
+    ctx = (cast("WorkerContext | InlineContext", adapter_or_ctx) if hasattr(adapter_or_ctx, "cache")
+           else InlineContext(cast("Adapter", adapter_or_ctx)))
     st = engine_state(ctx)
     opts = ProbeOptions.from_dict(options)
     started = time.perf_counter()
     tid = task_id(source, dtype_name)
     entry = st.ops.get(source)
     if entry is None:
-        return TaskRecord(task=tid, source=source, dtype=dtype_name, outcome=Outcome.error,
+        return TaskRecord(task=tid, source=source, dtype=DType(dtype_name), outcome=Outcome.error,
                           skipped=f"no OpInfo named {source!r} in this torch build")
     dtype = getattr(torch, dtype_name)
     try:
         stopped: list[str] = []
         samples = generate_samples(entry, dtype, limit=opts.max_samples, partial=stopped)
     except Exception as exc:  # noqa: BLE001 - OpInfo cannot make samples for this dtype
-        return TaskRecord(task=tid, source=source, dtype=dtype_name, outcome=Outcome.ok,
+        return TaskRecord(task=tid, source=source, dtype=DType(dtype_name), outcome=Outcome.ok,
                           skipped=f"OpInfo yields no samples at {dtype_name}: {type(exc).__name__}: {str(exc)[:200]}")
     if samples and not any(holds_dtype((s.input, tuple(s.args), dict(s.kwargs)), dtype) for s in samples):
         held = sorted({d for s in samples for d in [dtype_of((s.input, tuple(s.args), dict(s.kwargs)))] if d})
-        return TaskRecord(task=tid, source=source, dtype=dtype_name, outcome=Outcome.ok,
+        return TaskRecord(task=tid, source=source, dtype=DType(dtype_name), outcome=Outcome.ok,
                           skipped=f"no sample holds {dtype_name}: OpInfo's {len(samples)} samples at {dtype_name} hold "
                                   f"{', '.join(held) or 'no tensor'} (cells are filed under the dtype passed)")
     masks = grad_masks(entry, dtype, samples, opts)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 
 from opmatrix.probes.runner import Skip, Task, WorkerContext
 from opmatrix.probes.runner.plan import COMPILE_TIMEOUT_FACTOR
-from opmatrix.schema import ErrorInfo, TaskId, TaskRecord, UnitId
+from opmatrix.schema import DType, ErrorInfo, Outcome, TaskId, TaskRecord, UnitId
 
 __all__ = ["HANDLER", "OpHandler"]
 
@@ -43,7 +43,7 @@ class OpHandler:
         if source is None or dtype is None:
             source, dtype = TaskId.parse(task.id)  # an op task id is always source|dtype
         text = f"{skip.outcome}: {skip.message}".strip()
-        return TaskRecord(task=task.id, source=str(source), dtype=dtype, outcome=skip.outcome,
+        return TaskRecord(task=task.id, source=str(source), dtype=DType(dtype), outcome=Outcome(skip.outcome.value),
                           error=ErrorInfo(type=skip.outcome.value, message=text[-2000:], actionable=False,
                                           signal=skip.signal))
 

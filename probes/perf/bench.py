@@ -84,8 +84,9 @@ def merge_runs(runs: list[PerfRecord]) -> PerfRecord:
     walls = sorted(r.timing.wall_median_s for r in runs)
     cals = [r.timing.calibration for r in runs]
     calibration = None  # kept only when every run timed the same loop under the same interpreter
-    if all(c is not None and (c.loop, c.python) == (cals[0].loop, cals[0].python) for c in cals):
-        calibration = cals[0].model_copy(update={"samples_s": [x for c in cals for x in c.samples_s]})
+    base = cals[0]
+    if base is not None and all(c is not None and (c.loop, c.python) == (base.loop, base.python) for c in cals):
+        calibration = base.model_copy(update={"samples_s": [x for c in cals if c is not None for x in c.samples_s]})
     timing = first.timing.model_copy(update={
         "runs": len(runs), "samples_s": [x for g in groups for x in g], "median_s": stats["median"],
         "iqr_s": stats["iqr"], "ci_low_s": stats["ci_low"], "ci_high_s": stats["ci_high"],

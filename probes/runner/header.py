@@ -26,7 +26,8 @@ def header_line(key: str, identity: Mapping[str, Any], *, backend: str, generati
         platform=platform.platform(),
         command=command,
         started=started,
-        **{k: versions.get(k) for k in ("driver", "firmware", "isa", "stepping", "backend_version")},
+        driver=versions.get("driver"), firmware=versions.get("firmware"), isa=versions.get("isa"),
+        stepping=versions.get("stepping"), backend_version=versions.get("backend_version"),
     )
     fields: dict[str, Any] = {
         "backend": backend,
