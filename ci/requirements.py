@@ -34,6 +34,7 @@ from opmatrix.schema import (
     OperatorRequirement,
     Outcome,
     Runtime,
+    RuntimeCheck,
     ToleranceOverride,
 )
 from opmatrix.schema.gate import CellRef, CellStatus, RequirementResult, Status
@@ -276,14 +277,24 @@ def evaluate_operators(
 
 
 def _checks_named(runtime: Runtime, name: str, level: int) -> list[tuple[str, CheckResult | None, str]]:
-    """(name, result, evidence) for a check name or a pattern over the checks of ``level``."""
+    """(name, result, evidence) for a check name or a pattern over the checks of ``level``; a check
+    that ran on each device of the run gives one entry per device (``kernel@refaccel:1``): a bad
+    device is a finding of its own, named with its identity, never averaged into the others."""
     from .opsets import is_pattern
 
     if is_pattern(name):
         hits = [c for c in runtime.checks if c.level == level and fnmatch.fnmatchcase(c.name, name)]
-        return [(c.name, c.result, c.advice or c.evidence) for c in sorted(hits, key=lambda c: c.name)]
+        return [e for c in sorted(hits, key=lambda c: c.name) for e in _per_device(c)]
     check = runtime.check(name)
-    return [(name, check.result if check else None, (check.advice or check.evidence) if check else "")]
+    return _per_device(check) if check else [(name, None, "")]
+
+
+def _per_device(check: RuntimeCheck) -> list[tuple[str, CheckResult | None, str]]:
+    if not check.devices:
+        return [(check.name, check.result, check.advice or check.evidence)]
+    return [(f"{check.name}@{d.device}", d.result,
+             f"{d.evidence}{f' [{d.uuid}]' if d.uuid else ''}" + (f"; {check.advice}" if check.advice else ""))
+            for d in check.devices]
 
 
 def evaluate_check(

@@ -12,7 +12,7 @@ from .base import Model, RankRange
 from .conditions import TENSOR, describe, features_of, matches
 from .contract import Contract, LevelRequirement, OperatorRequirement, ToleranceOverride, Waiver, WaiverMatch
 from .counts import MatrixCounts, count_matrix
-from .devices import DeviceOutcome
+from .devices import DeviceCheck, DeviceOutcome
 from .enums import (
     DEFAULT_DTYPES,
     PROCESS_FAULTS,
@@ -86,5 +86,6 @@ __all__ = [
     "TaskId",
     "UnitId",
     "DeviceCells",
+    "DeviceCheck",
     "DeviceOutcome",
 ]

@@ -26,7 +26,7 @@ from typing import Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from .base import Message, Model, RankRange, printable
-from .devices import DEVICE_DEPENDENT, DeviceName, DeviceOutcome
+from .devices import DEVICE_DEPENDENT, PER_DEVICE, DeviceCheck, DeviceName, DeviceOutcome
 from .distributed import Distributed
 from .enums import (
     ApiService,
@@ -132,6 +132,7 @@ class RuntimeCheck(Model):
     evidence: Message = ""
     advice: Message | None = Field(default=None, description="what to do next when it did not pass")
     via: str | None = Field(default=None, description="API path used, e.g. torch.accelerator")
+    devices: list[DeviceCheck] = Field(default_factory=list, description=PER_DEVICE)
 
 
 class ApiCoverage(Model):

@@ -140,3 +140,40 @@ def test_bad_devices_exit_2(devices: str, capsys: pytest.CaptureFixture[str]) ->
 
     assert main(["probe", "--backend", "refaccel", "--ops", "add", "--devices", devices]) == 2
     assert "--devices" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_per_device_runtime_checks_run_on_each_device_and_name_the_bad_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runtime suite's per-device checks run on every device of --devices (each selected inside
+    the worker); refaccel:1 computing 1% off fails the kernel check there only, named with its identity."""
+    from opmatrix.probes.runtime import plan_runtime_tasks
+    from opmatrix.schema import CheckResult, Runtime, RuntimeCheck
+
+    monkeypatch.setenv("OPMATRIX_REFACCEL_BAD_DEVICE", "1:*")
+    monkeypatch.delenv("OPMATRIX_REFACCEL_DEVICES", raising=False)
+    tasks = [t for t in plan_runtime_tasks("refaccel", "g2") if t.payload["check"] in ("enumerate", "kernel", "item")]
+    summary = run(tasks, command="runner test", backend="refaccel", generation="g2", out_dir=tmp_path, devices="all",
+                  timeout=30.0, progress=False, handlers=TASK_HANDLERS, workers=1)
+    assert not summary.aborted, summary.message
+    checks = {r["check"]["name"]: RuntimeCheck.model_validate(r["check"]) for r in _records(tmp_path).values()}
+    kernel, item, enumerate_ = checks["kernel"], checks["item"], checks["enumerate"]
+    assert [(d.device, d.result) for d in kernel.devices] == [("refaccel:0", CheckResult.passed),
+                                                               ("refaccel:1", CheckResult.failed)]
+    assert kernel.result is CheckResult.failed  # the worst: a bad chip is a finding
+    assert all(d.uuid and d.uuid.startswith("RA-") for d in kernel.devices)
+    assert kernel.evidence.startswith(f"refaccel:1 ({kernel.devices[1].uuid}) fails")
+    # .item() of a freshly filled tensor is a copy, right on both devices
+    assert [d.result for d in item.devices] == [CheckResult.passed] * 2 and item.result is CheckResult.passed
+    assert not enumerate_.devices  # a device-listing check already covers every device: it runs once
+    # the gate judges each device: the bad one fails the requirement by name
+    import datetime
+
+    from opmatrix.ci.requirements import evaluate_check
+    from opmatrix.ci.waivers import WaiverBook
+
+    runtime = Runtime(checks=list(checks.values()))
+    result = evaluate_check("kernel", rid="L1.check.kernel", level=1, blocking=True, runtime=runtime, book=WaiverBook([], datetime.date.today()))
+    assert result.status.value == "fail" and result.failed == 1 and result.checked == 2
+    assert "check:kernel@refaccel:1" in result.message and kernel.devices[1].uuid in result.message

@@ -117,6 +117,8 @@ class WorkerContext:
     options: dict[str, Any] = field(default_factory=dict)
     cache: dict[str, Any] = field(default_factory=dict)
     device: int | None = None
+    #: every device of the run (``probe --devices``, resolved in this worker); () without --devices
+    devices: tuple[int, ...] = ()
     backend: str | None = None  # the --backend spec the adapter was built from (for child processes)
     #: the current task's units that earlier attempts finished (unit -> the handler's checkpoint)
     carried: dict[str, bytes] = field(default_factory=dict)

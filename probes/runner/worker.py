@@ -165,7 +165,7 @@ def _setup(slot: int, spec: WorkerSpec) -> tuple[WorkerContext, dict[str, Any]]:
     adapter.setup()
     adapter.health_baseline()  # before any probe: "poisoned" later needs this to have passed
     ctx = WorkerContext(adapter=adapter, index=slot, options=dict(spec.options), device=device,
-                        backend=spec.backend)
+                        devices=tuple(plan or ()), backend=spec.backend)
     identity = {
         # plain str: a TorchVersion would make the parent import torch to unpickle this message
         "torch": f"{torch.__version__} git={getattr(torch.version, 'git_version', None)}",

@@ -23,7 +23,7 @@ from .casehost import CASE_DEADLINE
 from .catalog import CATALOG, by_name
 from .context import Probe
 from .discovery import check_driver, check_import
-from .spec import Facts, Verdict, failed
+from .spec import CheckSpec, Facts, Verdict, failed, on_each_device
 from .worker import MARK, make_record, run_check, task_id
 
 __all__ = ["HANDLER", "RuntimeHandler", "handle", "plan_runtime_tasks", "run_case_isolated"]
@@ -102,12 +102,47 @@ def handle(
     elif name in ("import", "driver"):
         verdict = check_import(ctx.adapter) if name == "import" else check_driver(ctx.adapter)
         verdict.evidence += " (the runner's worker had set the backend up already)"
+    elif spec.per_device and len(ctx.devices) > 1:
+        verdict = _on_each_device(ctx, spec, backend, generation, progress, skip)
     else:
-        probe = ctx.cache.get(_PROBE_KEY)
-        if probe is None:
-            probe = ctx.cache[_PROBE_KEY] = Probe.from_adapter(ctx.adapter, backend, generation)
-        verdict = run_check(spec, probe)
+        verdict = run_check(spec, _probe(ctx, backend, generation))
     return make_record(spec, verdict, ctx.adapter.evidence_key())
+
+
+def _probe(ctx: WorkerContext, backend: str, generation: str | None) -> Probe:
+    """The worker's probe of the device its adapter has selected (one per device, kept)."""
+    key = f"{_PROBE_KEY}@{ctx.adapter.device_index}"
+    probe = ctx.cache.get(key)
+    if probe is None:
+        probe = ctx.cache[key] = Probe.from_adapter(ctx.adapter, backend, generation)
+    assert isinstance(probe, Probe)
+    return probe
+
+
+def _on_each_device(ctx: WorkerContext, spec: CheckSpec, backend: str, generation: str | None,
+                    progress: Callable[[str], None], skip: Mapping[str, Skip]) -> Verdict:
+    """Run a per-device check on each device of the run (``--devices``), selected here, in the
+    worker: each device is a unit (``allocation@1``), so a crash or hang on one is blamed on that
+    device; the worker's own device is selected again afterwards."""
+    adapter = ctx.adapter
+    uuids = {d.index: d.uuid for d in adapter.devices()}
+    mine = adapter.device_index
+    verdicts: list[tuple[str, str | None, Verdict]] = []
+    try:
+        for index in ctx.devices:
+            unit = f"{spec.name}@{index}"
+            name = str(adapter.device(index))
+            fault = skip.get(unit)
+            if fault is not None:
+                signal = f" ({fault.signal})" if fault.signal else ""
+                verdicts.append((name, uuids.get(index), failed(f"{fault.outcome}: {fault.message}{signal}")))
+                continue
+            progress(unit)
+            adapter.select_device(index)
+            verdicts.append((name, uuids.get(index), run_check(spec, _probe(ctx, backend, generation))))
+    finally:
+        adapter.select_device(mine)
+    return on_each_device(verdicts)
 
 
 HANDLER = RuntimeHandler()

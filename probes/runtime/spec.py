@@ -18,12 +18,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from opmatrix.schema import ApiCoverage, CheckResult, DeviceInfo, Runtime, RuntimeCheck
+from opmatrix.schema import ApiCoverage, CheckResult, DeviceCheck, DeviceInfo, Runtime, RuntimeCheck
 
 if TYPE_CHECKING:
     from .context import Probe
 
-__all__ = ["CheckSpec", "Facts", "Verdict", "failed", "not_applicable", "passed", "unknown"]
+__all__ = ["CheckSpec", "Facts", "Verdict", "failed", "not_applicable", "on_each_device", "passed", "unknown"]
 
 Scalar = str | int | float | bool | None
 
@@ -62,6 +62,35 @@ class Verdict:
     advice: str | None = None
     via: str | None = None
     facts: Facts = field(default_factory=Facts)
+    #: how each device of the run did, for a check that ran on each (:func:`on_each_device`)
+    devices: list[DeviceCheck] = field(default_factory=list)
+
+
+#: worst first: one device failing fails the check (a bad chip is a finding), one that could not
+#: decide leaves it unknown
+_WORST = (CheckResult.failed, CheckResult.unknown, CheckResult.passed, CheckResult.not_applicable)
+_SAYS = {CheckResult.failed: "fails", CheckResult.unknown: "could not decide", CheckResult.passed: "passes",
+         CheckResult.not_applicable: "does not apply"}
+
+
+def on_each_device(verdicts: list[tuple[str, str | None, Verdict]]) -> Verdict:
+    """One verdict for a check run on each device (``(device, uuid, verdict)``, as torch names the
+    device): the worst result; the evidence names each device that did not do as well as the
+    best, with its identity, and says how the others did."""
+    worst = min((v for _, _, v in verdicts), key=lambda v: _WORST.index(v.result))
+    results = {v.result for _, _, v in verdicts}
+    names = [d for d, _, _ in verdicts]
+    if len(results) == 1:
+        evidence = f"on each of {len(names)} devices ({', '.join(names)}); {names[0]}: {worst.evidence}"
+    else:
+        ranked = sorted(verdicts, key=lambda item: _WORST.index(item[2].result))
+        evidence = "; ".join(
+            f"{d}{f' ({u})' if u else ''} {_SAYS[v.result]}" + (f": {v.evidence}" if v.result is not CheckResult.passed else "")
+            for d, u, v in ranked
+        )
+    facts = next((v.facts for _, _, v in verdicts if not v.facts.empty()), Facts())
+    return Verdict(worst.result, evidence, worst.advice, worst.via, facts,
+                   [DeviceCheck(device=d, uuid=u, result=v.result, evidence=_clip(v.evidence, 400)) for d, u, v in verdicts])
 
 
 def passed(evidence: str, via: str | None = None) -> Verdict:
@@ -99,6 +128,12 @@ class CheckSpec:
     advice: str
     run: Callable[[Probe], Verdict] | None = None
 
+    @property
+    def per_device(self) -> bool:
+        """Whether the check exercises one device (stages 2-6: memory, copies, kernels, streams,
+        statistics): a ``probe --devices`` run checks each of its devices."""
+        return self.kind == "worker" and 2 <= self.stage <= 6
+
     def record(self, verdict: Verdict) -> RuntimeCheck:
         """The schema record for ``verdict``; advice only when the check did not pass."""
         advice = None
@@ -111,6 +146,7 @@ class CheckSpec:
             evidence=_clip(verdict.evidence),
             advice=advice,
             via=verdict.via,
+            devices=verdict.devices,
         )
 
 
