@@ -188,6 +188,20 @@ def test_a_unit_that_compiles_gets_more_time_before_it_is_hung() -> None:
     assert workload.unit_timeout(compiled, f"{compiled.id}:inference", 60) == 60 * COMPILE_TIMEOUT_FACTOR
 
 
+def test_a_process_check_outlives_its_case_hosts_deadline() -> None:
+    """A runtime check run in a fresh case host has a deadline of its own (a real hang is its finding);
+    the runner must not kill it earlier: under load 10 a spawn child took over 60 s to import torch and
+    dataloader_spawn, forkserver and parent_continues read 'hung: no progress within 60s'."""
+    from opmatrix.probes.handlers import TASK_HANDLERS
+    from opmatrix.probes.runner.task import resolve_handler
+    from opmatrix.probes.runtime.checks import ISOLATED_DEADLINE, plan_runtime_tasks
+
+    runtime = resolve_handler(TASK_HANDLERS["runtime"])
+    tasks = {t.payload["check"]: t for t in plan_runtime_tasks("refaccel", "g2")}
+    assert runtime.unit_timeout(tasks["dataloader_spawn"], "dataloader_spawn", 60) > ISOLATED_DEADLINE
+    assert runtime.unit_timeout(tasks["allocation"], "allocation", 60) == 60
+
+
 def test_fault_budget_grows_with_units() -> None:
     assert fault_budget(0) == 3 and fault_budget(100) >= 9  # 100 units with 8 bad inputs: 92 recorded
 

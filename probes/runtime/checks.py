@@ -40,16 +40,20 @@ def plan_runtime_tasks(adapter_spec: str, generation: str | None = None) -> list
     ]
 
 
+#: how long a process check waits for its case host (the case's own deadline, plus start-up)
+ISOLATED_DEADLINE = CASE_DEADLINE + 60.0
+
+
 def run_case_isolated(spec: str, generation: str | None, name: str) -> Verdict:
     """Run one process-suite case in a fresh case host (never forked from this process)."""
     cmd = [sys.executable, "-m", "opmatrix.probes.runtime.casehost", "--backend", spec, "--cases", name, "--jobs", "1"]
     if generation:
         cmd += ["--generation", generation]
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=CASE_DEADLINE + 60, check=False,
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=ISOLATED_DEADLINE, check=False,
                               env=child_env())
     except subprocess.TimeoutExpired:
-        return failed(f"the case host did not finish within {CASE_DEADLINE + 60:.0f} s")
+        return failed(f"the case host did not finish within {ISOLATED_DEADLINE:.0f} s")
     for line in done.stdout.splitlines():
         if line.startswith(MARK):
             rec = RuntimeRecord.model_validate(json.loads(line[len(MARK):])["record"])
@@ -70,6 +74,11 @@ class RuntimeHandler:
     warm: str | None = None
 
     def unit_timeout(self, task: Task, unit: str, timeout: float) -> float:
+        """A process check waits for its case host, which has a deadline of its own (a hang there is
+        the check's finding, reported by the check): the runner waits longer than that, so that a
+        case host slow to import torch on a busy machine is not killed first and read as ``hung``."""
+        if by_name(str(task.payload.get("check", ""))).kind == "process":
+            return max(timeout, ISOLATED_DEADLINE + 30.0)
         return timeout
 
     def fault_record(self, task: Task, skip: Skip) -> RuntimeRecord:
