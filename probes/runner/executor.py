@@ -18,10 +18,13 @@ that device); only :mod:`.raypool` and its two halves of an actor (:mod:`.raywor
 from __future__ import annotations
 
 from multiprocessing.connection import Connection
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .messages import ToWorker
 from .worker import WorkerSpec
+
+if TYPE_CHECKING:
+    from .plan import Job
 
 __all__ = ["Executor", "LocalExecutor", "Worker"]
 
@@ -33,7 +36,7 @@ class Worker(Protocol):
     conn: Connection  # messages from the worker; readable (or at EOF) when one is waiting or it ended
     seen: int
     ready: bool
-    job: Any
+    job: Job | None  # the job it runs
     unit: str | None
     deadline: float
     gone: bool

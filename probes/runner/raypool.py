@@ -39,6 +39,7 @@ from typing import Any
 
 from opmatrix.schema.io import UsageError
 
+from .executor import Worker
 from .messages import Stop
 from .rayhost import WorkerHost, remains
 from .rayworker import RayWorker
@@ -186,14 +187,14 @@ class RayExecutor:
                                      scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False))
         return RayWorker(slot, actor, self.ray, poll=self.poll, node=node, device=None, reader=reader)
 
-    def stop_workers(self, handles: list[Any]) -> None:
+    def stop_workers(self, handles: list[Worker]) -> None:
         for handle in handles:
             if isinstance(handle, RayWorker):
                 if handle.job is None and handle.ready and handle.send(Stop()):
                     handle._thread.join(5)
                 handle.kill()
 
-    def close(self, handles: list[Any]) -> None:
+    def close(self, handles: list[Worker]) -> None:
         self.stop_workers(handles)
         if self.connected and self.ray is not None and self.ray.is_initialized():
             self.ray.shutdown()  # a local instance it started stops with it

@@ -17,10 +17,13 @@ import threading
 import time
 from multiprocessing import get_context
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .messages import Done, FromWorker, Ready, Stop, ToWorker
 from .rayhost import Died, Place
+
+if TYPE_CHECKING:
+    from .plan import Job
 
 __all__ = ["IN_DOUBT", "RayWorker"]
 
@@ -48,7 +51,7 @@ class RayWorker:
         self.conn, self._out = ctx.Pipe(duplex=False)
         self.seen = 0
         self.ready = False
-        self.job: Any = None
+        self.job: Job | None = None
         self.unit: str | None = None
         self.deadline = float("inf")
         self.gone = False
