@@ -177,3 +177,35 @@ def test_per_device_runtime_checks_run_on_each_device_and_name_the_bad_one(
     result = evaluate_check("kernel", rid="L1.check.kernel", level=1, blocking=True, runtime=runtime, book=WaiverBook([], datetime.date.today()))
     assert result.status.value == "fail" and result.failed == 1 and result.checked == 2
     assert "check:kernel@refaccel:1" in result.message and kernel.devices[1].uuid in result.message
+
+
+def test_a_check_on_each_device_is_the_worst_of_them_and_the_gate_names_the_bad_device() -> None:
+    import datetime
+
+    from opmatrix.ci.requirements import evaluate_check
+    from opmatrix.ci.waivers import WaiverBook
+    from opmatrix.probes.runtime.catalog import by_name
+    from opmatrix.probes.runtime.spec import failed, on_each_device, passed, unknown
+    from opmatrix.schema import CheckResult, Runtime, Waiver
+
+    same = on_each_device([("x:0", "U0", passed("4 dtypes ok")), ("x:1", "U1", passed("4 dtypes ok"))])
+    assert same.result is CheckResult.passed and same.evidence.startswith("on each of 2 devices (x:0, x:1)")
+    mixed = on_each_device([("x:0", "U0", passed("ok")), ("x:1", "U1", unknown("no API")), ("x:2", "U2", failed("off by 1%"))])
+    assert mixed.result is CheckResult.failed
+    assert mixed.evidence.startswith("x:2 (U2) fails: off by 1%; x:1 (U1) could not decide: no API; x:0 (U0) passes")
+    assert [(d.device, d.uuid, d.result) for d in mixed.devices] == [
+        ("x:0", "U0", CheckResult.passed), ("x:1", "U1", CheckResult.unknown), ("x:2", "U2", CheckResult.failed)]
+    check = by_name("kernel").record(mixed)
+    assert check.devices == mixed.devices and check.advice  # the record carries each device
+
+    today = datetime.date(2026, 12, 3)
+    result = evaluate_check("kernel", rid="r", level=1, blocking=True, runtime=Runtime(checks=[check]),
+                            book=WaiverBook([], today))
+    assert result.status.value == "fail" and result.checked == 3 and result.failed == 2
+    assert "check:kernel@x:2: failed: off by 1% [U2]" in result.message
+    # a waiver may name the bad device alone: the other device's unknown still stands (unproven)
+    waiver = Waiver.model_validate({"reason": "bad board RMA'd", "expires": "2027-01-01", "owner": "lab",
+                                    "match": {"op": "check:kernel@x:2"}})
+    waived = evaluate_check("kernel", rid="r", level=1, blocking=True, runtime=Runtime(checks=[check]),
+                            book=WaiverBook([waiver], today))
+    assert (waived.waived, waived.failed, waived.status.value) == (1, 1, "unknown"), waived
