@@ -18,6 +18,7 @@ Run as a script, it drives :func:`~opmatrix.probes.runner.run` in its own proces
 that kill or interrupt the orchestrator)::
 
     python tests/runner_handlers.py OUT_DIR --tasks 12 --sleep 0.2 --workers 2 [--resume]
+    python tests/runner_handlers.py OUT_DIR --ray-address 127.0.0.2:6379 --ray-resource opm_dev --runs FILE
 """
 
 from __future__ import annotations
@@ -209,10 +210,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=10.0)
     p.add_argument("--resume", action="store_true")
     p.add_argument("--pid-dir")
+    p.add_argument("--runs", help="a file that gets one line per unit actually run")
+    p.add_argument("--ray-address", help="run on this Ray cluster (the Ray executor)")
+    p.add_argument("--ray-resource", default="opm_dev")
     args = p.parse_args(argv)
     given = sys.argv[1:] if argv is None else argv
+    tasks = make_tasks(args.tasks, units=args.units, sleep=args.sleep, pid_dir=args.pid_dir)
+    if args.runs:
+        tasks = [Task(t.id, t.kind, {**t.payload, "runs": args.runs}, t.order) for t in tasks]
+    executor = None
+    if args.ray_address:
+        from opmatrix.probes.runner.raypool import RayExecutor
+
+        executor = RayExecutor(address=args.ray_address, resource=args.ray_resource, backend="cpu", generation=None,
+                               device_type="cpu")
     summary = run(
-        make_tasks(args.tasks, units=args.units, sleep=args.sleep, pid_dir=args.pid_dir),
+        tasks,
+        executor=executor,
         command=shlex.join(["python", "tests/runner_handlers.py", *given]), backend="cpu",
         out_dir=Path(args.out),
         workers=args.workers,

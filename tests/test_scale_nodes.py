@@ -20,6 +20,8 @@ import pytest
 from opmatrix.cli import main
 from tests.raycluster import LoopbackCluster
 
+ROOT = Path(__file__).resolve().parent.parent
+
 pytestmark = pytest.mark.slow
 
 OPS = "softmax,add,mul,mm,bmm,addmm,sum,sort,topk,addcmul,cumsum,nn.functional.linear"
@@ -30,6 +32,17 @@ ARGS = ["probe", "--backend", "refaccel", "--generation", "g2", "--ops", OPS, "-
 def _tasks(out: Path) -> list[str]:
     lines = (out / "journal.jsonl").read_text().splitlines()[1:]
     return [r["task"] for r in map(json.loads, lines) if r.get("kind") == "task"]
+
+
+def _slots(out: Path) -> set[int]:
+    """The worker slots that recorded tasks so far (a line being written is skipped)."""
+    slots = set()
+    for line in (out / "journal.jsonl").read_text().splitlines()[1:]:
+        try:
+            slots.add(json.loads(line).get("worker"))
+        except ValueError:
+            continue
+    return slots - {None}
 
 
 def _outcomes(out: Path) -> dict[str, list[str]]:
@@ -55,8 +68,8 @@ def test_a_node_lost_mid_run_loses_nothing_and_records_nothing_twice(tmp_path: P
             end = time.monotonic() + 300
             while driver.poll() is None and time.monotonic() < end:
                 journal = out / "journal.jsonl"
-                done = len(_tasks(out)) if journal.exists() else 0
-                if killed is None and done >= 4:  # both nodes' workers are running tasks: lose one
+                slots = _slots(out) if journal.exists() else set()
+                if killed is None and len(slots) == 2:  # both nodes' workers have run tasks: lose one
                     cluster.kill_node(1)
                     killed = time.monotonic()
                 time.sleep(0.1)
@@ -78,3 +91,64 @@ def test_a_node_lost_mid_run_loses_nothing_and_records_nothing_twice(tmp_path: P
     diff = diff_matrices(local, on_ray)
     assert diff.empty, diff.render_table()
     assert local.cell_count() == on_ray.cell_count() > 0
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(text[text.rindex(")") + 2 :].split()[1])
+
+
+def test_a_lost_nodes_task_runs_again_elsewhere_keeping_its_finished_units(tmp_path: Path) -> None:
+    """The runner's test tasks (each unit sleeps): once the second node's worker has run units, its
+    raylet is SIGKILLed. Every task is recorded once, nothing is blamed, and units run again only
+    in the task the node was running, from the unit in flight (or one finished since the driver's
+    last look) on: the units it had seen finished are kept."""
+    pids, runs, out = tmp_path / "pids", tmp_path / "runs", tmp_path / "out"
+    pids.mkdir()
+    with LoopbackCluster(tmp_path / "cluster", {"opm_dev": 1}, nodes=2) as cluster:
+        env = {**os.environ, **cluster.env,
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        cmd = [sys.executable, str(ROOT / "tests" / "runner_handlers.py"), str(out), "--tasks", "6", "--units", "4",
+               "--sleep", "0.7", "--timeout", "30", "--pid-dir", str(pids), "--runs", str(runs),
+               "--ray-address", cluster.address]
+        with open(tmp_path / "driver.log", "wb") as log:
+            driver = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        raylet, seen, killed = cluster.raylet_pid(1), None, False
+        try:
+            end = time.monotonic() + 300
+            while driver.poll() is None and time.monotonic() < end:
+                # a worker whose parent (its actor) is a child of the second node's raylet
+                on_node = [f for f in pids.iterdir() if f.read_text().isdigit() and _parent(int(f.read_text())) == raylet]
+                if on_node and seen is None:
+                    seen = time.monotonic()
+                if not killed and seen is not None and time.monotonic() - seen > 1.6:  # about its third unit
+                    cluster.kill_node(1)
+                    killed = True
+                time.sleep(0.05)
+            code = driver.wait(30)
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+                driver.wait()
+    said = (tmp_path / "driver.log").read_text(errors="replace")
+    assert killed and code == 0, said[-3000:]
+    tasks = _tasks(out)
+    assert sorted(tasks) == [f"t{i}|float32" for i in range(6)], tasks  # each once
+    outcomes = _outcomes(out)
+    assert all(o == ["ok"] * 4 for o in outcomes.values()), outcomes  # nothing blamed
+    ran = runs.read_text().split()
+    units = [f"t{i}.u{j}" for i in range(6) for j in range(4)]
+    assert set(ran) == set(units)  # nothing lost
+    # Units run again only in the task that was in flight on the lost node: the one running then,
+    # and those finished since the driver's last look at that node (its mirror of the finished
+    # units, every half second); the units it had seen finished are kept.
+    twice = [u for u in units if ran.count(u) == 2]
+    assert len(ran) == len(units) + len(twice), ran
+    assert len({u.split(".")[0] for u in twice}) <= 1, twice
+    if twice:
+        task = twice[0].split(".")[0]
+        first = int(twice[0].rsplit("u", 1)[1])
+        assert twice == [f"{task}.u{j}" for j in range(first, first + len(twice))], twice
