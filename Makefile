@@ -5,7 +5,7 @@ OPM := $(VENV)/bin/opmatrix
 STAMP := $(VENV)/.installed
 OUT ?= out
 
-.PHONY: setup demo test test-fast test-xla test-compat lint lint-installed bench clean browser-deps docs
+.PHONY: setup demo test test-fast test-xla test-compat lint bench clean browser-deps docs
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -111,14 +111,12 @@ test-compat: setup .venv-xla.stamp
 	$(PY) -c "import json, sys; r = {q['id']: q['status'] for q in json.load(open(sys.argv[1]))['requirements']}; \
 	  print('level 7 (L7.compat):', r.get('L7.compat')); sys.exit(0 if r.get('L7.compat') == 'pass' else 1)" $(COMPAT_OUT)/gate.json
 
+# ruff, then mypy over the packages as installed: the folders schema/, probes/, ... are
+# opmatrix.schema, opmatrix.probes, ... only through setuptools' package-dir, which mypy cannot
+# follow (run on the folders, it sees every import of opmatrix.* as Any); a tree of links named as
+# installed lets it check across packages.
 lint: setup
 	$(VENV)/bin/ruff check opmatrix schema backend probes matrix reports ci tests bench
-	$(VENV)/bin/mypy opmatrix schema backend probes matrix ci reports
-
-# The same packages as installed: the folders above are opmatrix.schema, opmatrix.probes, ... only
-# through setuptools' package-dir, which mypy cannot follow, so the plain run above sees every
-# import of opmatrix.* as Any. A tree of links named as installed lets it check across packages.
-lint-installed: setup
 	rm -rf build/mypy && mkdir -p build/mypy/opmatrix
 	for f in opmatrix/*.py; do ln -s "$(CURDIR)/$$f" build/mypy/opmatrix/; done
 	for d in schema backend probes matrix reports ci; do ln -s "$(CURDIR)/$$d" build/mypy/opmatrix/$$d; done
