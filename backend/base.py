@@ -27,7 +27,8 @@ from typing import Any
 
 from opmatrix.schema import BackendId, DeviceInfo, FallbackState
 
-__all__ = ["REFUSALS", "Adapter", "FallbackSeen", "Refusal", "Rejection", "bringup_check", "refusal_of"]
+__all__ = ["REFUSALS", "Adapter", "FallbackSeen", "Refusal", "Rejection", "bringup_check", "dtype_named",
+           "refusal_of"]
 
 
 @dataclass
@@ -89,6 +90,39 @@ def refusal_of(exc: BaseException) -> str | None:
         if re.search(refusal.pattern, text):
             return refusal.names
     return "not implemented" if isinstance(exc, NotImplementedError) else None
+
+
+#: the names a message may use for a dtype besides ``float64`` / ``torch.float64``: c10's
+#: ScalarType names (what ``TORCH_CHECK(..., t.scalar_type())`` prints) and common short forms
+_DTYPE_WORDS: dict[str, tuple[str, ...]] = {
+    "float32": ("Float", "fp32", "f32"), "float64": ("Double", "fp64", "f64", "double"),
+    "float16": ("Half", "fp16", "f16", "half"), "bfloat16": ("BFloat16", "bf16"),
+    "complex32": ("ComplexHalf", "chalf"), "complex64": ("ComplexFloat", "cfloat"),
+    "complex128": ("ComplexDouble", "cdouble"), "int8": ("Char", "i8"), "int16": ("Short", "i16"),
+    "int32": ("Int", "i32"), "int64": ("Long", "i64"), "uint8": ("Byte", "u8"), "bool": ("Bool",),
+    "uint16": ("UInt16", "u16"), "uint32": ("UInt32", "u32"), "uint64": ("UInt64", "u64"),
+}
+
+
+def dtype_named(exc: BaseException, dtype: str) -> str | None:
+    """The word by which ``exc``'s message names ``dtype`` (``Double``, ``torch.float64``,
+    ``fp64``), or None. A vendor's refusal is in its own words ("QX_E_DTYPE: abs kernel only
+    accepts Float, got Double", "no device memory layout for element type ComplexDouble"): no
+    phrase table holds them all, but a refusal of a dtype names it. ScalarType names are matched
+    with their case (``Int``, not "int"), the others in any case, all as whole words."""
+    if not dtype:
+        return None
+    text = str(exc)
+    if any(re.search(p, text.lower()) for p in NOT_REFUSALS):
+        return None
+    bound = r"(?<![A-Za-z0-9_]){}(?![A-Za-z0-9_])"
+    if re.search(bound.format(re.escape(dtype)), text, re.IGNORECASE):
+        return dtype
+    for word in _DTYPE_WORDS.get(dtype, ()):
+        flags = 0 if word[0].isupper() else re.IGNORECASE
+        if re.search(bound.format(re.escape(word)), text, flags):
+            return word
+    return None
 
 
 #: the bytes the bring-up check writes and reads back: every value of a byte, twice

@@ -9,7 +9,10 @@ runs it):
   passed and the driver check failed with "No module named 'torch.privateuseone'");
 - a folder in the current directory named like the backend's package: doctor's child processes
   import the installed package, as the CLI does (before: ``python -m`` children imported the
-  folder).
+  folder);
+- a dtype refused in the vendor's own words, by a C++ kernel's ``TORCH_CHECK`` or at allocation:
+  ``rejected`` because the message names the dtype (before: ``native``/``error`` and
+  ``unknown``/``error``, since no phrase of the refusal table was in it).
 """
 
 from __future__ import annotations
@@ -21,11 +24,13 @@ from pathlib import Path
 
 import pytest
 
-from .test_truth_toyaccel import ROOT, _probe
+from opmatrix.backend.base import dtype_named
 
-pytestmark = pytest.mark.slow
+from .test_truth_classes import _all
+from .test_truth_toyaccel import ROOT, _kernel_build_dir, _probe
 
 
+@pytest.mark.slow
 def test_a_device_module_whose_seeding_raises_still_gets_cells(tmp_path: Path) -> None:
     proc, matrix = _probe(tmp_path / "out", "mul,zeros", "float32", TOYACCEL_SEED_FAILS="1")
     assert proc.returncode == 0, proc.stdout[-2000:]
@@ -40,6 +45,7 @@ def _doctor(cwd: Path, backend: str, **env: str) -> subprocess.CompletedProcess[
                           timeout=600, cwd=cwd)
 
 
+@pytest.mark.slow
 def test_a_module_that_registers_no_device_fails_the_import_check(tmp_path: Path) -> None:
     proc = _doctor(tmp_path, "privateuse1:json")
     assert proc.returncode == 1, proc.stdout[-2000:]
@@ -48,6 +54,7 @@ def test_a_module_that_registers_no_device_fails_the_import_check(tmp_path: Path
     assert "privateuseone" not in proc.stdout, proc.stdout[-3000:]
 
 
+@pytest.mark.slow
 def test_a_folder_named_like_the_package_does_not_shadow_it_in_child_processes(tmp_path: Path) -> None:
     shadow = tmp_path / "tests"
     shadow.mkdir()
@@ -57,3 +64,82 @@ def test_a_folder_named_like_the_package_does_not_shadow_it_in_child_processes(t
     for check in ("import", "driver", "enumerate", "allocation", "spawn"):
         line = next(ln for ln in proc.stdout.splitlines() if ln.strip().startswith(check + " "))
         assert " pass " in line, line
+
+
+@pytest.mark.parametrize(("message", "dtype", "named"), [
+    ("TA_E_DTYPE(0x21): copysign kernel accepts Float, got Double", "float64", "Double"),
+    ("no device memory layout for element type torch.complex128", "complex128", "complex128"),
+    ("QX matrix engine: operands must be fp32 or bf16 (got FP64)", "float64", "fp64"),
+    ("QX_E_DTYPE: abs kernel only accepts Float, got Int", "int32", "Int"),
+    # an Int inside another word, the lowercase word "int", a dtype the sample does not hold,
+    # an internal assert and a message that names nothing are no refusal of the sample's dtype
+    ("IntArrayRef overflow in kernel", "int32", None),
+    ("expected an int argument", "int32", None),
+    ("TA_E_DTYPE(0x21): copysign kernel accepts Float, got Double", "int32", None),
+    ("INTERNAL ASSERT FAILED: Double buffer corrupted", "float64", None),
+    ("internal error 0x1f", "float32", None),
+])
+def test_a_message_names_the_dtype_in_its_own_words(message: str, dtype: str, named: str | None) -> None:
+    assert dtype_named(RuntimeError(message), dtype) == named
+
+
+@pytest.mark.slow
+def test_a_dtype_refused_in_the_vendors_words_is_rejected(tmp_path: Path) -> None:
+    """copysign (C++, TORCH_CHECK) refuses float64 without a phrase of the refusal table; device
+    memory refuses complex128 at allocation in a RuntimeError of its own: both rejected, with
+    the backend's message; float32 copysign stays native."""
+    from .toyaccel import build_cpp_kernels
+
+    library = build_cpp_kernels(_kernel_build_dir())
+    proc, matrix = _probe(tmp_path / "out", "copysign,mul", "float32,float64,complex128", TOYACCEL_CPP_KERNELS=library,
+                          TOYACCEL_MEMORY_REFUSES="complex128", TOYACCEL_MEMORY_WORDS="1")
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert {(e["path"], e["outcome"]) for e in _all(matrix, "aten.copysign.Tensor", "float32")} == {("native", "ok")}
+    refused = _all(matrix, "aten.copysign.Tensor", "float64")
+    assert {(e["path"], e["outcome"]) for e in refused} == {("rejected", "ok")}, refused
+    assert all("accepts Float, got Double" in e["error"]["message"] for e in refused)
+    memory = _all(matrix, "aten.mul.Tensor", "complex128")
+    assert {(e["path"], e["outcome"]) for e in memory} == {("rejected", "ok")}, memory
+    assert all("no device memory layout" in e["error"]["message"] for e in memory)
+
+
+@pytest.mark.slow
+def test_a_sample_that_names_the_host_as_its_device_runs_on_the_device(tmp_path: Path) -> None:
+    """OpInfo's ``linspace(start, end, steps, dtype=..., device=...)`` with tensor ends was
+    generated with ``device="cpu"``: probed as generated, the op ran on the host and read ``ok``
+    even at a dtype device memory refuses. It runs with ``device=`` the device: float64 (refused
+    at allocation) is rejected, float32 is made on the device."""
+    proc, matrix = _probe(tmp_path / "out", "linspace", "float32,float64", TOYACCEL_MEMORY_REFUSES="float64")
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    tensor_ends = [(k, e) for k, es in matrix["operators"].items() if k.startswith("aten.linspace.Tensor")
+                   for e in es if e.get("mode", "eager") == "eager"]
+    assert tensor_ends, sorted(matrix["operators"])
+    for key, e in tensor_ends:
+        asked = (e.get("conditions") or {}).get("dtype")
+        assert asked in ("float32", "float64"), (key, e)
+        want = {("rejected", "ok")} if asked == "float64" else {("fallback", "ok"), ("native", "ok"), ("composite", "ok")}
+        assert (e["path"], e["outcome"]) in want, (key, e)
+        if asked == "float64":
+            assert "does not support dtype torch.float64" in e["error"]["message"], (key, e)
+
+
+@pytest.mark.slow
+def test_opinfos_seeding_wrapper_does_not_fail_the_compiled_call(tmp_path: Path) -> None:
+    """OpInfo wraps randn and item in ``wrapper_set_seed``; compiled on a backend whose device
+    module sets its RNG state in Python (toyaccel through the generic adapter, as OpenReg), the
+    wrapper's ``freeze_rng_state`` made dynamo fail with "you set no_dispatch()": a harness error
+    read as the backend's compile ``error``. The compiled cells read what the backend does."""
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TOYACCEL_FLAVOUR": "fallback", "TOYACCEL_FAULT": "",
+           "OPMATRIX_CACHE_DIR": str(tmp_path / "cache")}
+    cmd = [sys.executable, "-m", "opmatrix", "probe", "--backend", "privateuse1:tests.toyaccel_plugin", "--ops",
+           "item,randn", "--dtypes", "float32", "--no-runtime", "--layouts", "contiguous", "--workers", "1",
+           "--out", str(out)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    import yaml
+
+    matrix = yaml.safe_load((out / "matrix.yaml").read_text())
+    compiled = [e for op in ("aten.item.default", "aten.randn.default") for e in matrix["operators"][op]
+                if e.get("mode") == "compile"]
+    assert {e["outcome"] for e in compiled} == {"ok"}, compiled

@@ -27,7 +27,10 @@ worker accumulated (torch_xla's JIT running out of code memory), not from the in
 fallback from inside the C++ kernel for float64, rejected for integers, a crash on empty inputs.
 The C++ ``hypot`` kernel computes float32 only and refuses every other dtype with a
 ``TORCH_CHECK`` ("only supports float32"). ``TOYACCEL_MEMORY_REFUSES=complex128,float64`` makes
-device memory refuse those dtypes at allocation (``NotImplementedError``), and
+device memory refuse those dtypes at allocation (``NotImplementedError``; with
+``TOYACCEL_MEMORY_WORDS=1`` a RuntimeError in a vendor's words: "no device memory layout for
+element type torch.complex128"); the C++ ``copysign`` refuses all but float32 in a vendor's words
+("TA_E_DTYPE(0x21): copysign kernel accepts Float, got Double"), and
 ``TOYACCEL_DEVICES=2`` gives the backend two devices; ``TOYACCEL_SEED_FAILS=1`` makes the
 device module's ``manual_seed_all`` raise (as ``torch.manual_seed`` calls it, so does that).
 The probe reaches it with ``--backend tests.toyaccel:ToyAdapter`` (workers import it).
@@ -99,6 +102,8 @@ def empty_strided(size: Any, stride: Any, *, dtype: Any = None, layout: Any = No
                   pin_memory: Any = None) -> torch.Tensor:
     dtype = dtype or torch.get_default_dtype()
     if str(dtype).removeprefix("torch.") in _refused_dtypes():  # as a device without 64-bit units refuses
+        if os.environ.get("TOYACCEL_MEMORY_WORDS"):  # the same refusal in a vendor's own words
+            raise RuntimeError(f"toyaccel runtime: no device memory layout for element type {dtype}")
         raise NotImplementedError(f"toyaccel: device memory does not support dtype {dtype}")
     numel = 0 if any(s == 0 for s in size) else 1 + sum((n - 1) * s for n, s in zip(size, stride, strict=True))
     base = _allocate(numel, dtype)

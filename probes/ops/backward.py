@@ -26,7 +26,7 @@ from .numerics import compare, tolerance_for
 from .source import OpEntry, generate_samples
 from .state import EngineState
 from .trace import CallTrace, Observed
-from .units import Unit, device_values, unit_id, values_key
+from .units import Unit, device_values, unit_dtypes, unit_id, values_key
 from .values import call, identity, map_tensors, readable, tensors_in, to_cpu
 
 if TYPE_CHECKING:
@@ -201,7 +201,7 @@ def probe_backward(st: EngineState, fn: Callable[..., object], unit: Unit, dtype
         if traced_seen.state is FallbackState.observed or seen.state is FallbackState.unknown:
             seen = traced_seen
     if error is not None:
-        fault = fault_from_exception(st, uid, error)
+        fault = fault_from_exception(st, uid, error, unit_dtypes(unit))
         observed = trace.observed.state is FallbackState.observed or seen.state is FallbackState.observed
         path = ExecPath.fallback if observed else ExecPath.rejected if fault is None else ExecPath.unknown
         return Autograd(path=path, outcome=fault or (Outcome.error if observed else Outcome.ok))

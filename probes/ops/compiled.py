@@ -8,6 +8,8 @@ observed with the profiler like an eager call (host copies inside it are fallbac
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -21,11 +23,11 @@ from .faults import failed_call
 from .judging import Reference, check_values
 from .source import OpEntry
 from .state import EngineState
-from .units import Unit, device_values, unit_id
+from .units import Unit, device_values, unit_dtypes, unit_id
 from .values import error_info, readable, root_cause
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
 __all__ = ["probe_compile"]
 
@@ -91,10 +93,44 @@ def _no_latency(*_: Any) -> float:
     return 0.0
 
 
+def _seeded(op: Callable[..., object], *args: object, **kwargs: object) -> object:
+    """OpInfo's ``wrapper_set_seed`` without its ``freeze_rng_state``, for compiled calls."""
+    torch.manual_seed(42)
+    return op(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def _traceable_seeding() -> Iterator[None]:
+    """OpInfo wraps random ops (``randn``, ``dropout``, ``bernoulli``, also ``item``) in
+    ``wrapper_set_seed``, whose ``freeze_rng_state`` restores the accelerator's RNG state inside
+    ``no_dispatch()``. Compiled, dynamo traces into that restore, and a backend whose device
+    module sets its RNG state in Python (OpenReg-style plugins) makes dynamo build fake tensors
+    under ``no_dispatch``: an AssertionError of the test harness, read as the backend's compile
+    ``error`` while the op compiles and runs fine. For the compiled calls the wrapper seeds as
+    before and leaves out the restore (random results are judged by their moments)."""
+    from torch.testing._utils import wrapper_set_seed
+
+    patched = [m for name, m in list(sys.modules.items())
+               if name.startswith("torch.testing._internal") and getattr(m, "wrapper_set_seed", None) is wrapper_set_seed]
+    for module in patched:
+        module.wrapper_set_seed = _seeded  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        for module in patched:
+            module.wrapper_set_seed = wrapper_set_seed  # type: ignore[attr-defined]
+
+
 def probe_compile(st: EngineState, entry: OpEntry, unit: Unit, dtype: torch.dtype, ref: Reference,
                   eager: SampleResult, backend: str | None = None) -> SampleResult:
     """Compile the op for the unit's values (with ``backend``, else the adapter's), run it once
-    observed, and judge it."""
+    observed, and judge it (OpInfo's seeding wrapper made traceable: :func:`_traceable_seeding`)."""
+    with _traceable_seeding():
+        return _probe_compile(st, entry, unit, dtype, ref, eager, backend)
+
+
+def _probe_compile(st: EngineState, entry: OpEntry, unit: Unit, dtype: torch.dtype, ref: Reference,
+                   eager: SampleResult, backend: str | None) -> SampleResult:
     backend = backend or st.adapter.compile_backend()
     result = _result(unit)
     if backend is None:
@@ -121,7 +157,8 @@ def probe_compile(st: EngineState, entry: OpEntry, unit: Unit, dtype: torch.dtyp
         root = readable(root_cause(first.error))
         result.error = error_info(root, unit.overload, st.adapter.device_type, str(dtype).removeprefix("torch."))
         # the same rule as in eager mode: the CPU computes this unit (its reference exists)
-        result.path, result.outcome, note = failed_call(st, unit.overload, uid, root, dc.fell_back, lambda: True)
+        result.path, result.outcome, note = failed_call(st, unit.overload, uid, root, dc.fell_back, lambda: True,
+                                                           unit_dtypes(unit))
         result.note = note
         apply_evidence(result, dc)
         return result

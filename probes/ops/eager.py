@@ -27,7 +27,7 @@ from .layouts import Values
 from .numerics import compare, tolerance_for, values_comparable
 from .source import OpEntry
 from .state import EngineState, ProbeOptions
-from .units import Unit, device_values, unit_id
+from .units import Unit, asks_device, device_values, unit_dtypes, unit_id
 from .values import error_info, readable
 
 __all__ = ["probe_eager", "refusal_text"]
@@ -40,7 +40,8 @@ def _failed(st: EngineState, unit: Unit, uid: UnitId, dc: DeviceCall, result: Sa
     assert dc.error is not None
     result.error = error_info(dc.error, unit.overload, st.adapter.device_type, dname)
     apply_evidence(result, dc)
-    result.path, result.outcome, note = failed_call(st, unit.overload, uid, dc.error, dc.fell_back, host_computes)
+    result.path, result.outcome, note = failed_call(st, unit.overload, uid, dc.error, dc.fell_back, host_computes,
+                                                   unit_dtypes(unit))
     result.note = "; ".join(filter(None, [result.note, note]))
 
 
@@ -58,7 +59,7 @@ def _staging_failed(st: EngineState, unit: Unit, uid: UnitId, exc: BaseException
     dtype) is ``rejected`` for the cell's dtype; anything else is an error of the cell."""
     result.error = error_info(exc, unit.overload, st.adapter.device_type, dname)
     result.unstaged = True
-    fault = fault_from_exception(st, uid, exc)
+    fault = fault_from_exception(st, uid, exc, unit_dtypes(unit) or (dname,))
     if fault is None:
         result.path, result.outcome = ExecPath.rejected, Outcome.ok
         result.note = "the device refused the inputs while staging them (before the op ran)"
@@ -181,12 +182,7 @@ def probe_eager(st: EngineState, entry: OpEntry, unit: Unit, dtype: torch.dtype,
         _failed(st, unit, uid, dc, result, dname, lambda: _host_computes(ref, own))
         result.note = "; ".join(filter(None, [result.note, changed]))
         if ref is None:
-            result.note = "; ".join(filter(None, [result.note, f"no reference: {no_ref}"]))
-            if result.outcome is Outcome.error and no_ref is not None and no_ref.endswith(f"({refusal_text(dc.error)})"):
-                # the very refusal the CPU gave (an op's own argument check, jiterator off CUDA):
-                # the input is invalid everywhere, a clean rejection, not a device error
-                result.path, result.outcome = ExecPath.rejected, Outcome.ok
-                result.note += "; the device refuses it exactly as the CPU does"
+            _no_reference(result, dc.error, no_ref)
         return result
     if known is not None:
         result.path, result.components, result.note = known
@@ -200,13 +196,25 @@ def probe_eager(st: EngineState, entry: OpEntry, unit: Unit, dtype: torch.dtype,
         result.note = "; ".join(filter(None, [result.note, f"no reference: {no_ref}; the device returned a value"]))
         return result
     _judged(st, fn, unit, dtype, opts, ref, dc.out, result, own)
-    if unit.factory:
+    if asks_device(unit):
         _on_the_device(st, dc, result)
     return result
 
 
+def _no_reference(result: SampleResult, error: BaseException, no_ref: str | None) -> None:
+    """A device call that raised on an input the CPU rejects: the very refusal the CPU gave (an
+    op's own argument check, jiterator off CUDA) means the input is invalid everywhere, a clean
+    rejection, not a device error (also when the message itself read as a refusal)."""
+    result.note = "; ".join(filter(None, [result.note, f"no reference: {no_ref}"]))
+    refused = result.outcome is Outcome.error or result.path is ExecPath.rejected
+    if refused and no_ref is not None and no_ref.endswith(f"({refusal_text(error)})"):
+        result.path, result.outcome = ExecPath.rejected, Outcome.ok
+        result.note += "; the device refuses it exactly as the CPU does"
+
+
 def _on_the_device(st: EngineState, dc: DeviceCall, result: SampleResult) -> None:
-    """A factory's outputs must be made on the device it was asked for (``device=``)."""
+    """A factory's outputs (a sample's that names the device) must be made on the device it was
+    asked for (``device=``)."""
     elsewhere = sorted({d for d in dc.devices if d != st.adapter.device_type})
     if elsewhere:
         result.outcome = Outcome.wrong

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Literal, TypeAlias, Union
 
+from opmatrix.backend.base import Rejection, dtype_named
 from opmatrix.probes.runner import Skip, WorkerPoisoned
 from opmatrix.schema import ErrorInfo, ExecPath, Mode, OpName, Outcome, UnitId
 
@@ -34,12 +35,18 @@ __all__ = ["Decision", "SkipPlan", "failed_call", "fault_from_exception", "fault
 Decision: TypeAlias = Union[Literal["run", "not_run"], Skip]  # noqa: UP007 - a Literal in the union
 
 
-def fault_from_exception(st: EngineState, unit_id: UnitId, exc: BaseException) -> Outcome | None:
-    """None for a clean rejection: a message that names what is unsupported, after which the
-    device's health check still passes; otherwise ``oom`` or ``error``, or raise
-    :class:`WorkerPoisoned` when the device check that passed before fails now (positive evidence
-    only). A refusal that leaves the device unusable is no clean rejection."""
+def fault_from_exception(st: EngineState, unit_id: UnitId, exc: BaseException, dtypes: tuple[str, ...] = ()
+                         ) -> Outcome | None:
+    """None for a clean rejection: a message that names what is unsupported (the adapter's
+    ``classify_exception``, or a message naming one of the unit's ``dtypes`` in any spelling:
+    a vendor refuses a dtype in its own words), after which the device's health check still
+    passes; otherwise ``oom`` or ``error``, or raise :class:`WorkerPoisoned` when the device
+    check that passed before fails now (positive evidence only). A refusal that leaves the device
+    unusable is no clean rejection."""
     verdict = st.adapter.classify_exception(exc)
+    named = [d for d in dtypes if dtype_named(exc, d)] if verdict.outcome == "error" else []
+    if named and not isinstance(exc, AssertionError):
+        verdict = Rejection("rejected", f"the message names the dtype {named[0]}")
     problem = None if st.adapter.is_host else st.adapter.poisoned_after_fault()
     if problem is not None:
         raise WorkerPoisoned(str(unit_id), f"device unusable after {type(exc).__name__}: {problem}")
@@ -49,7 +56,8 @@ def fault_from_exception(st: EngineState, unit_id: UnitId, exc: BaseException) -
 
 
 def failed_call(st: EngineState, op: OpName, unit_id: UnitId, exc: BaseException, fell_back: bool,
-                host_computes: Callable[[], bool]) -> tuple[ExecPath, Outcome, str | None]:
+                host_computes: Callable[[], bool], dtypes: tuple[str, ...] = ()
+                ) -> tuple[ExecPath, Outcome, str | None]:
     """Path, outcome and note of a device call that raised, the same in eager and compiled mode.
 
     A clean refusal with nothing run on the host is ``rejected``. When the host ran (part of) the
@@ -58,7 +66,7 @@ def failed_call(st: EngineState, op: OpName, unit_id: UnitId, exc: BaseException
     ``to_sparse`` copies a sparse host result back to a device without sparse tensors): fallback
     with outcome error. If the CPU refuses it too, the host's own refusal came through the
     fallback: rejected. A fault keeps the fallback it showed, else the dispatcher's kernel."""
-    fault = fault_from_exception(st, unit_id, exc)
+    fault = fault_from_exception(st, unit_id, exc, dtypes)
     if fault is None and fell_back and host_computes():
         return ExecPath.fallback, Outcome.error, "ran on the host, then the device side failed (the CPU computes this sample)"
     if fault is None:

@@ -99,11 +99,28 @@ def values_key(unit: Unit) -> tuple[str, bool]:
     return unit.index, unit.layout is Layout.expanded
 
 
-def device_values(unit: Unit, device: torch.device | str) -> Values:
-    """The unit's values with every tensor on ``device`` in the unit's layout; a factory
-    sample's with ``device=`` the device (the CPU one's says ``device="cpu"`` or nothing)."""
-    values = map_tensors(unit.variants, lambda v: to_device(v, device))
+def asks_device(unit: Unit) -> bool:
+    """Whether the sample says where its output is made: a factory (no tensor input), or a
+    sample whose own ``device=`` argument names the host it was generated on (OpInfo's
+    ``linspace(start_tensor, end_tensor, steps, device=...)``, ``new_zeros``): on the device that
+    argument must name the device, or the op runs on the host and proves nothing."""
     if unit.factory:
+        return True
+    kwargs = unit.variants[2]
+    if "device" not in kwargs:
+        return False
+    try:
+        return torch.device(kwargs["device"]).type == "cpu"  # type: ignore[call-overload]
+    except (RuntimeError, TypeError, ValueError):
+        return False
+
+
+def device_values(unit: Unit, device: torch.device | str) -> Values:
+    """The unit's values with every tensor on ``device`` in the unit's layout; a sample that
+    says where its output is made (:func:`asks_device`) with ``device=`` the device (the CPU
+    one's says ``device="cpu"`` or nothing)."""
+    values = map_tensors(unit.variants, lambda v: to_device(v, device))
+    if asks_device(unit):
         inp, args, kwargs = values
         values = (inp, args, {**kwargs, "device": device})
     return values
@@ -116,6 +133,16 @@ def dtype_of(values: object) -> str | None:
         if name in DTYPES:
             return name
     return None
+
+
+def unit_dtypes(unit: Unit) -> tuple[str, ...]:
+    """Every dtype the unit involves, its own first: its tensors' and the ``dtype=`` it asks for
+    (a refusal may name any of them: ``linspace(int64 tensors, dtype=complex128)``)."""
+    names = [unit.dtype, *(str(t.dtype).removeprefix("torch.") for t in tensors_in(unit.cpu_values))]
+    asked = unit.cpu_values[2].get("dtype")
+    if isinstance(asked, torch.dtype):
+        names.append(str(asked).removeprefix("torch."))
+    return tuple(dict.fromkeys(n for n in names if n))
 
 
 def holds_dtype(values: Values, dtype: torch.dtype) -> bool:
