@@ -66,17 +66,17 @@ def diff_workloads(a: Iterable[WorkloadResult], b: Iterable[WorkloadResult]) -> 
             out["removed"].append(name)
             continue
         if key not in old:
-            out["new"].append(f"{name}: {new[key].outcome.value}")
+            out["new"].append(f"{name}: {new[key].headline()}")
             continue
         x, y = old[key], new[key]
         more_host = sorted(set(y.host_fallback.ops) - set(x.host_fallback.ops))
         if _rank(y) > _rank(x) or (more_host and _rank(y) == _rank(x)):
             why = "; ".join(y.failed_steps()[:2]) or (f"new host fallback {', '.join(more_host)}" if more_host else "")
-            out["worse"].append(f"{name}: {x.outcome.value} -> {y.outcome.value}{': ' + why if why else ''}")
+            out["worse"].append(f"{name}: {x.headline()} -> {y.headline()}{': ' + why if why else ''}")
         elif _rank(y) < _rank(x) and (y.outcome is not x.outcome or y.outcome is Outcome.ok):
             # better means the outcome improved: an error that is still an error is not better,
             # even when it now fails at a later step
-            out["better"].append(f"{name}: {x.outcome.value} -> {y.outcome.value}")
+            out["better"].append(f"{name}: {x.headline()} -> {y.headline()}")
     return out
 
 

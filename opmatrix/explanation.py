@@ -71,9 +71,9 @@ def explain(matrix_path: str, name: str, dtype: str = "float32", mode: str = "ea
         return report
     step = run.steps.get(WorkloadStep.inference)  # explain traces the forward pass: compare with that step
     what = f"the {name} run in this matrix ({dtype}, {mode})"
-    if step is None or step.outcome.is_fault:
+    if step is None or step.outcome.is_fault or step.rejected:
         said = run.error or (step.evidence if step is not None else "")
-        why = f"{run.outcome.value}: {_first_line(said)}" if said else f"outcome {run.outcome.value}"
+        why = f"{run.headline()}: {_first_line(said)}" if said else f"outcome {run.headline()}"
         report.not_compared = (f"{what} did not complete its inference step ({why}), so nothing it observed "
                                "can confirm or refute the prediction")
     elif run.host_fallback.state.value == "unknown":

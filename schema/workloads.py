@@ -56,6 +56,9 @@ class StepResult(Model):
     rtol: float | None = None
     atol: float | None = None
     host_fallback: list[str] = Field(default_factory=list, description="ops seen on the host during this step")
+    rejected: bool = Field(
+        default=False, description="the backend refused the step cleanly before any result (its message names what is "
+        "unsupported, the device stayed healthy): result fail, outcome ok, as a rejected operator cell")
 
 
 class HostFallback(Model):
@@ -104,7 +107,8 @@ class WorkloadResult(Model):
     workload: str
     dtype: DType
     mode: Mode = Mode.eager
-    outcome: Outcome = Field(description="ok when every step ran; else the first fault or failure")
+    outcome: Outcome = Field(description="ok when every step ran or was cleanly refused (a refused step: result "
+                             "fail, rejected); else the worst fault or failure")
     description: str = ""
     inputs: str = Field(default="", description="input shapes, dtype, how generated, seed")
     steps: dict[WorkloadStep, StepResult] = Field(default_factory=dict)
@@ -118,6 +122,12 @@ class WorkloadResult(Model):
     def key(self) -> tuple[str, str, str]:
         """(workload, dtype, mode): unique in a matrix."""
         return (self.workload, self.dtype.value, self.mode.value)
+
+    def headline(self) -> str:
+        """The outcome as shown: ``rejected`` for a run with no fault whose backend refused a step."""
+        if self.outcome is Outcome.ok and any(s.rejected for s in self.steps.values()):
+            return "rejected"
+        return self.outcome.value
 
     def failed_steps(self) -> list[str]:
         """Steps that did not pass, as ``step: evidence``."""

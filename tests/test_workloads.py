@@ -10,7 +10,7 @@ from opmatrix.matrix import MatrixIndex, build_matrix
 from opmatrix.matrix.placement import compare_observed, place
 from opmatrix.matrix.workloads import diff_workloads, predict_fallback
 from opmatrix.probes.workloads.catalog import WORKLOADS, build, resolve_names
-from opmatrix.schema import CheckResult, WorkloadRequirement, WorkloadResult
+from opmatrix.schema import CheckResult, Outcome, WorkloadRequirement, WorkloadResult
 from opmatrix.schema.workloads import HostFallback, StepResult
 
 from .test_matrix_records import BACKEND, EVIDENCE, cells, task
@@ -50,17 +50,42 @@ def test_gate_counts_host_fallback_ops_outside_the_allowed_patterns():
     assert judge_run(req, _run(inference=CheckResult.failed))[0].startswith("inference fail")
 
 
-def test_gate_judges_a_step_error_by_its_step_and_only_when_required():
-    """A compiled run whose training step was rejected reads ``error``; a requirement that does not
-    promise training passes it, one that does names the step, and a worker fault always blocks."""
+@pytest.mark.parametrize("outcome", ["ok", "error"])
+def test_gate_judges_a_failed_step_by_its_step_and_only_when_required(outcome: str):
+    """A compiled run whose training step failed (cleanly refused: outcome ok, ``rejected``; or an
+    error): a requirement that does not promise training passes it, one that does names the step,
+    and a worker fault always blocks."""
     data = _run(mode="compile").model_dump()
-    data["steps"]["training"] = {"result": "fail", "outcome": "error", "evidence": "rejected: no kernel"}
-    run = WorkloadResult.model_validate({**data, "outcome": "error"})
+    data["steps"]["training"] = {"result": "fail", "outcome": outcome, "evidence": "rejected: no kernel",
+                                 "rejected": outcome == "ok"}
+    run = WorkloadResult.model_validate({**data, "outcome": outcome})
+    assert run.headline() == ("rejected" if outcome == "ok" else "error")
     assert judge_run(WorkloadRequirement(names=["tinygpt"], mode="compile", steps=["to_device", "inference"]), run) == []
     problems = judge_run(WorkloadRequirement(names=["tinygpt"], mode="compile", steps=["training"]), run)
     assert len(problems) == 1 and problems[0].startswith("training fail: rejected")
     crashed = WorkloadResult.model_validate({**data, "outcome": "crashed"})
     assert judge_run(WorkloadRequirement(names=["tinygpt"], mode="compile", steps=["inference"]), crashed)[0].startswith("crashed")
+
+
+def test_a_cleanly_refused_step_is_rejected_not_an_error():
+    """A step's clean refusal (the adapter's classify_exception says rejected: a message naming
+    what is unsupported) is no fault, as for an operator cell: result fail, outcome ok,
+    ``rejected``; a message that names nothing ("internal error 0x1f") stays an error."""
+    from opmatrix.backend import get_adapter
+    from opmatrix.probes.workloads.steps import guarded
+
+    adapter = get_adapter("cpu")
+
+    def refuse() -> StepResult:
+        raise RuntimeError("aten::_native_batch_norm_legit is not supported inside compiled graphs")
+
+    def broken() -> StepResult:
+        raise RuntimeError("internal error 0x1f")
+
+    refused, failed = guarded(adapter, refuse), guarded(adapter, broken)
+    assert (refused.result, refused.outcome, refused.rejected) == (CheckResult.failed, Outcome.ok, True), refused
+    assert refused.evidence.startswith("rejected: RuntimeError: aten::_native_batch_norm_legit is not supported")
+    assert (failed.result, failed.outcome, failed.rejected) == (CheckResult.failed, Outcome.error, False), failed
 
 
 def test_gate_workload_missing_from_the_matrix_is_unknown_not_passed():

@@ -59,7 +59,7 @@ def summary_lines(results: list[WorkloadResult]) -> list[str]:
         return []
     counts: dict[str, int] = {}
     for r in results:
-        counts[r.outcome.value] = counts.get(r.outcome.value, 0) + 1
+        counts[r.headline()] = counts.get(r.headline(), 0) + 1
     lines = ["workloads: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))]
     for r in results:
         host = f"; host: {', '.join(r.host_fallback.ops)}" if r.host_fallback.ops else ""
@@ -69,5 +69,5 @@ def summary_lines(results: list[WorkloadResult]) -> list[str]:
             comp = (f"; compile {r.compile.compile_seconds:.2f} s, speedup {r.compile.speedup:.2f}x, "
                     f"{r.compile.graph_breaks} graph break(s), {r.compile.recompiles} recompile(s)")
         why = f" ({cut(bad[0], 120)})" if bad else (f" ({cut(r.error, 120)})" if r.error else "")
-        lines.append(f"  {r.workload} {r.dtype.value} {r.mode.value}: {r.outcome.value}{why}{host}{comp}")
+        lines.append(f"  {r.workload} {r.dtype.value} {r.mode.value}: {r.headline()}{why}{host}{comp}")
     return lines

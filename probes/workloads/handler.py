@@ -116,8 +116,8 @@ def _run_steps(ctx: WorkerContext, task: Task, run: steps.Run, backend: CompileB
             run.fallback_ops = seen
             if quiet.result is not CheckResult.passed:
                 run.eager_out = None
-        if results[step].outcome in (Outcome.error, Outcome.oom):
-            ctx.check_health(unit)
+        if results[step].outcome in (Outcome.error, Outcome.oom) or results[step].rejected:
+            ctx.check_health(unit)  # a refusal that leaves the device unusable is no clean one
     return results
 
 

@@ -72,9 +72,12 @@ def guarded(adapter: Adapter, body: Callable[[], StepResult]) -> StepResult:
         return body()
     except Exception as exc:  # noqa: BLE001 - a step's failure is its result
         kind = adapter.classify_exception(exc)
-        outcome = Outcome.oom if kind.outcome == "oom" else Outcome.error
+        # a clean refusal is no fault, as for an operator cell (path rejected, outcome ok): the
+        # step failed (result fail), the backend said why; the handler still checks the device
+        rejected = kind.outcome == "rejected"
+        outcome = Outcome.oom if kind.outcome == "oom" else Outcome.ok if rejected else Outcome.error
         text = f"{kind.outcome}: {type(exc).__name__}: {str(exc).splitlines()[0][:400] if str(exc) else ''}"
-        return StepResult(result=CheckResult.failed, outcome=outcome, evidence=text,
+        return StepResult(result=CheckResult.failed, outcome=outcome, evidence=text, rejected=rejected,
                           seconds=round(time.perf_counter() - start, 4))
 
 
