@@ -10,6 +10,8 @@ runs it):
 - a folder in the current directory named like the backend's package: doctor's child processes
   import the installed package, as the CLI does (before: ``python -m`` children imported the
   folder);
+- a worker that dies in a cell's backward is a process fault of the run (``faulted cells``, exit
+  1), as in a forward (before: only the cell's autograd said so, and ``probe`` exited 0);
 - a dtype refused in the vendor's own words, by a C++ kernel's ``TORCH_CHECK`` or at allocation:
   ``rejected`` because the message names the dtype (before: ``native``/``error`` and
   ``unknown``/``error``, since no phrase of the refusal table was in it).
@@ -143,3 +145,24 @@ def test_opinfos_seeding_wrapper_does_not_fail_the_compiled_call(tmp_path: Path)
     compiled = [e for op in ("aten.item.default", "aten.randn.default") for e in matrix["operators"][op]
                 if e.get("mode") == "compile"]
     assert {e["outcome"] for e in compiled} == {"ok"}, compiled
+
+
+def test_a_backward_fault_counts_as_a_fault_of_the_run() -> None:
+    from opmatrix.probes.runner.progress import count_record
+
+    cell = {"result": {"path": "native", "outcome": "ok", "autograd": {"path": "unknown", "outcome": "crashed"}}}
+    assert count_record({"kind": "task", "cells": [cell]})[1] == {"ok": 1, "crashed": 1}
+    cell["result"]["autograd"]["outcome"] = "error"  # an error is the cell's finding, not a process fault
+    assert count_record({"kind": "task", "cells": [cell]})[1] == {"ok": 1}
+
+
+@pytest.mark.slow
+def test_a_worker_killed_in_a_backward_fails_the_probe(tmp_path: Path) -> None:
+    """toyaccel's abs is native; its backward's sgn runs through the boxed fallback, which dies by
+    SIGSEGV (TOYACCEL_FAULT=crash:sgn): the cell's backward reads crashed, and the probe says
+    it faulted and exits 1, as the README's exit codes promise for a crash."""
+    proc, matrix = _probe(tmp_path / "out", "abs", "float32", TOYACCEL_FAULT="crash:sgn")
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert "faulted cells: crashed" in proc.stdout, proc.stdout[-2000:]
+    backward = {(e.get("autograd") or {}).get("outcome") for e in _all(matrix, "aten.abs.default", "float32")}
+    assert "crashed" in backward, backward

@@ -266,6 +266,7 @@ def local_scalar_dense(self: torch.Tensor) -> Any:
 
 def boxed_fallback(op: Any, *args: Any, **kwargs: Any) -> Any:
     """Every op without a kernel: copy device tensors to the host, run there, copy results back."""
+    _fault(op._schema.name.split("::")[-1])  # TOYACCEL_FAULT=crash:sgn faults abs's backward only
     pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     def host(v: Any) -> Any:

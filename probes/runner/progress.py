@@ -21,10 +21,15 @@ __all__ = ["Progress", "count_record"]
 
 #: outcomes shown after the paths (``ok`` is implied by the paths)
 _SHOWN_OUTCOMES = ("wrong", "error", "oom", "hung", "crashed", "poisoned")
+#: faults of a cell's backward that are faults of the process: counted with the cells' own (a
+#: worker that died in a backward is a crash of the run, whatever the forward gave)
+_BACKWARD_FAULTS = ("oom", "hung", "crashed", "poisoned")
 
 
 def count_record(record: dict[str, Any]) -> tuple[Counter[str], Counter[str]]:
-    """(paths, outcomes) counted over one record's cells, or over the record when it has none."""
+    """(paths, outcomes) counted over one record's cells, or over the record when it has none; a
+    cell whose backward crashed, hung, poisoned the device or ran out of memory counts that fault
+    too (so ``probe`` says so and exits 1)."""
     paths: Counter[str] = Counter()
     outcomes: Counter[str] = Counter()
     cells = record.get("cells") or []
@@ -34,6 +39,9 @@ def count_record(record: dict[str, Any]) -> tuple[Counter[str], Counter[str]]:
             paths[str(result["path"])] += 1
         if "outcome" in result:
             outcomes[str(result["outcome"])] += 1
+        backward = (result.get("autograd") or {}).get("outcome")
+        if backward in _BACKWARD_FAULTS:
+            outcomes[str(backward)] += 1
     if not cells:
         if record.get("kind") == "runtime":
             outcomes[f"check:{(record.get('check') or {}).get('result')}"] += 1
