@@ -12,6 +12,8 @@ runs it):
   folder);
 - a worker that dies in a cell's backward is a process fault of the run (``faulted cells``, exit
   1), as in a forward (before: only the cell's autograd said so, and ``probe`` exited 0);
+- ``--devices 0,1`` on a generic PrivateUse1 backend with two devices: workers asked for the
+  devices before importing the module and saw device 0 alone (the probe failed: "has no device 1");
 - a dtype refused in the vendor's own words, by a C++ kernel's ``TORCH_CHECK`` or at allocation:
   ``rejected`` because the message names the dtype (before: ``native``/``error`` and
   ``unknown``/``error``, since no phrase of the refusal table was in it).
@@ -166,3 +168,22 @@ def test_a_worker_killed_in_a_backward_fails_the_probe(tmp_path: Path) -> None:
     assert "faulted cells: crashed" in proc.stdout, proc.stdout[-2000:]
     backward = {(e.get("autograd") or {}).get("outcome") for e in _all(matrix, "aten.abs.default", "float32")}
     assert "crashed" in backward, backward
+
+
+@pytest.mark.slow
+def test_devices_of_a_generic_privateuse1_backend_are_probed(tmp_path: Path) -> None:
+    """``--devices 0,1`` through ``privateuse1:MODULE`` (toyaccel with two devices): one worker per
+    device, each finds its device; every task's record names one of the two."""
+    import json
+
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TOYACCEL_FLAVOUR": "fallback", "TOYACCEL_FAULT": "",
+           "TOYACCEL_DEVICES": "2", "OPMATRIX_CACHE_DIR": str(tmp_path / "cache")}
+    cmd = [sys.executable, "-m", "opmatrix", "probe", "--backend", "privateuse1:tests.toyaccel_plugin", "--ops",
+           "add,mul,neg,abs", "--dtypes", "float32", "--no-runtime", "--no-compile", "--layouts", "contiguous",
+           "--devices", "0,1", "--out", str(out)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    records = [json.loads(line) for line in (out / "journal.jsonl").read_text().splitlines() if line.strip()]
+    devices = {r.get("device") for r in records if r.get("kind") == "task"}
+    assert devices and devices <= {"toyaccel:0", "toyaccel:1"}, devices

@@ -158,6 +158,9 @@ def _setup(slot: int, spec: WorkerSpec) -> tuple[WorkerContext, dict[str, Any]]:
     adapter = get_adapter(spec.backend, spec.generation)
     device, plan = spec.device, None
     if spec.device_plan is not None:
+        # the backend's devices are known once it is registered (a privateuse1: module, once
+        # imported): without it a generic PrivateUse1 adapter saw device 0 alone
+        adapter.register()
         plan = resolve_devices(spec.device_plan, adapter)
         device = plan[slot % len(plan)]
     if device is not None:
