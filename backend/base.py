@@ -109,18 +109,24 @@ def dtype_named(exc: BaseException, dtype: str) -> str | None:
     ``fp64``), or None. A vendor's refusal is in its own words ("QX_E_DTYPE: abs kernel only
     accepts Float, got Double", "no device memory layout for element type ComplexDouble"): no
     phrase table holds them all, but a refusal of a dtype names it. ScalarType names are matched
-    with their case (``Int``, not "int"), the others in any case, all as whole words."""
+    with their case (``Int``, not "int"; also ``kInt``, ``DT_INT32``-style ``DT_INT``), the others
+    in any case (``DT_INT32``), all as whole words."""
     if not dtype:
         return None
     text = str(exc)
     if any(re.search(p, text.lower()) for p in NOT_REFUSALS):
         return None
-    bound = r"(?<![A-Za-z0-9_]){}(?![A-Za-z0-9_])"
-    if re.search(bound.format(re.escape(dtype)), text, re.IGNORECASE):
+    # a whole word; C++ enumerators and runtime type tags prefix it: ``kDouble``, ``DT_DOUBLE``
+    bound = r"(?<![A-Za-z0-9_])(?:{}){}(?![A-Za-z0-9_])"
+    if re.search(bound.format("(?i:dt_)?", re.escape(dtype)), text, re.IGNORECASE):
         return dtype
     for word in _DTYPE_WORDS.get(dtype, ()):
-        flags = 0 if word[0].isupper() else re.IGNORECASE
-        if re.search(bound.format(re.escape(word)), text, flags):
+        if word[0].isupper():  # a ScalarType name: with its case, or upper case after DT_
+            found = re.search(bound.format("k?", re.escape(word)), text) or \
+                re.search(bound.format("DT_", re.escape(word.upper())), text)
+        else:
+            found = re.search(bound.format("(?i:dt_)?", re.escape(word)), text, re.IGNORECASE)
+        if found:
             return word
     return None
 

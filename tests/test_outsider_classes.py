@@ -75,6 +75,10 @@ def test_a_folder_named_like_the_package_does_not_shadow_it_in_child_processes(t
     ("no device memory layout for element type torch.complex128", "complex128", "complex128"),
     ("QX matrix engine: operands must be fp32 or bf16 (got FP64)", "float64", "fp64"),
     ("QX_E_DTYPE: abs kernel only accepts Float, got Int", "int32", "Int"),
+    ("mm: expected kFloat, got kDouble", "float64", "Double"),
+    ("aclnnAbs: tensor self dtype DT_DOUBLE is not in the dtype list [DT_FLOAT]", "float64", "Double"),
+    ("dtype DT_INT32 is outside the vector unit's formats", "int32", "int32"),
+    ("mm: expected kFloat, got kDouble", "int32", None),
     # an Int inside another word, the lowercase word "int", a dtype the sample does not hold,
     # an internal assert and a message that names nothing are no refusal of the sample's dtype
     ("IntArrayRef overflow in kernel", "int32", None),
