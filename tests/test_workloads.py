@@ -221,3 +221,20 @@ def test_suites_default_aliases_and_errors():
     assert suites(suites=("ops", "workloads"), runtime_only=True) == {"runtime"}
     with pytest.raises(UsageError, match="unknown value 'workload'"):
         suites(suites=("workload",))
+
+
+def test_summary_names_the_step_that_gave_the_runs_outcome():
+    """A run whose inference was refused and whose state_dict step raised reads ``error``, and
+    the reason shown is the state_dict error, not the earlier refusal."""
+    from opmatrix.probes.workloads.cli import summary_lines
+
+    data = _run(mode="eager").model_dump()
+    data["steps"]["inference"] = {"result": "fail", "outcome": "ok", "rejected": True,
+                                  "evidence": "rejected: NotImplementedError: convolution_overrideable not implemented"}
+    data["steps"]["state_dict"] = {"result": "fail", "outcome": "error",
+                                   "evidence": "error: AttributeError: no attribute 'device'"}
+    line = summary_lines([WorkloadResult.model_validate({**data, "outcome": "error"})])[1]
+    assert "eager: error (state_dict: error: AttributeError" in line, line
+    data["steps"].pop("state_dict")
+    line = summary_lines([WorkloadResult.model_validate({**data, "outcome": "ok"})])[1]
+    assert "eager: rejected (inference: rejected: NotImplementedError" in line, line

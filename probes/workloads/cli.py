@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from opmatrix.probes.options import WORKLOAD_DTYPES, WORKLOAD_MODES, ProbeOptions
-from opmatrix.schema import UsageError
+from opmatrix.schema import CheckResult, Outcome, UsageError
 from opmatrix.schema.text import cut
 
 if TYPE_CHECKING:
@@ -63,7 +63,10 @@ def summary_lines(results: list[WorkloadResult]) -> list[str]:
     lines = ["workloads: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))]
     for r in results:
         host = f"; host: {', '.join(r.host_fallback.ops)}" if r.host_fallback.ops else ""
-        bad = r.failed_steps()
+        # the reason shown is a step that gave the headline (an error, not an earlier clean refusal)
+        bad = [f"{k.value}: {v.evidence}" for k, v in r.steps.items()
+               if v.result is not CheckResult.passed and v.outcome is r.outcome and v.outcome is not Outcome.ok]
+        bad = bad or r.failed_steps()
         comp = ""
         if r.compile is not None and r.compile.speedup is not None:
             comp = (f"; compile {r.compile.compile_seconds:.2f} s, speedup {r.compile.speedup:.2f}x, "
