@@ -226,9 +226,14 @@ def test_an_error_whose_message_cannot_be_read_is_an_error_of_its_cell(tmp_path:
 
 
 def _kernel_build_dir() -> Path:
-    """Outside the clone, like the xla environment: torch's builder rebuilds when the source changes."""
+    """Outside the clone, like the xla environment, one folder per kernel source: checkouts with
+    different sources (worktrees, branches) never load each other's library (a folder per torch
+    version alone let one checkout's build replace another's between its build and its load)."""
+    import hashlib
+
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "opmatrix-tests" / f"toyaccel-kernels-torch{torch_version()}"
+    source = hashlib.sha256((ROOT / "tests" / "toyaccel_kernels.cpp").read_bytes()).hexdigest()[:12]
+    return cache / "opmatrix-tests" / f"toyaccel-kernels-torch{torch_version()}-{source}"
 
 
 def torch_version() -> str:
