@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from opmatrix.schema.names import OpName
+
 from . import composite, fallback, faults, hostexec, runtime
 from .errors import unsupported_call
 from .table import Rule, dtype_name, load_rules
@@ -90,10 +92,9 @@ def _make_kernel(op: torch._ops.OpOverload, rule: Rule, generation: str) -> Call
 
 
 def _resolve(name: str) -> torch._ops.OpOverload:
-    ns, _, rest = name.partition("::")
-    base, _, overload = rest.partition(".")
-    packet = getattr(getattr(torch.ops, ns), base)
-    return getattr(packet, overload or "default")
+    """The overload a kernel table names (``aten::random_.from``; ``aten::mm``: the default one)."""
+    op = OpName.parse(name)
+    return getattr(getattr(getattr(torch.ops, op.namespace), op.name), op.overload)
 
 
 def _is_implicit(op: torch._ops.OpOverload) -> bool:
