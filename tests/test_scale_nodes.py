@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,28 @@ def _outcomes(out: Path) -> dict[str, list[str]]:
     return {r["task"]: [c["result"]["outcome"] for c in r["cells"]] for r in map(json.loads, lines)}
 
 
+def _drive(cmd: list[str], env: dict[str, str], log: Path, kill_when: Callable[[], bool],
+           kill: Callable[[], None]) -> tuple[int, bool, str]:
+    """Run a driver (at most 300 s); call ``kill`` once, the first time ``kill_when()`` holds.
+    Returns (its exit code, whether ``kill`` was called, its output)."""
+    with open(log, "wb") as f:
+        driver = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
+    killed = False
+    try:
+        end = time.monotonic() + 300
+        while driver.poll() is None and time.monotonic() < end:
+            if not killed and kill_when():
+                kill()
+                killed = True
+            time.sleep(0.05)
+        code = driver.wait(30)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    return code, killed, log.read_text(errors="replace")
+
+
 def test_a_node_lost_mid_run_loses_nothing_and_records_nothing_twice(tmp_path: Path) -> None:
     from opmatrix.matrix.diff import diff_matrices
     from opmatrix.schema import load_matrix
@@ -58,28 +81,13 @@ def test_a_node_lost_mid_run_loses_nothing_and_records_nothing_twice(tmp_path: P
     planned = sorted(_tasks(tmp_path / "local"))
     out = tmp_path / "ray"
     with LoopbackCluster(tmp_path / "cluster", {"refaccel": 1}, nodes=2) as cluster:
-        env = {**os.environ, **cluster.env}
-        with open(tmp_path / "driver.log", "wb") as log:
-            driver = subprocess.Popen([sys.executable, "-m", "opmatrix", *ARGS, "--executor", "ray",
-                                       "--ray-address", cluster.address, "--out", str(out)],
-                                      stdout=log, stderr=subprocess.STDOUT, env=env)
-        killed: float | None = None
-        try:
-            end = time.monotonic() + 300
-            while driver.poll() is None and time.monotonic() < end:
-                journal = out / "journal.jsonl"
-                slots = _slots(out) if journal.exists() else set()
-                if killed is None and len(slots) == 2:  # both nodes' workers have run tasks: lose one
-                    cluster.kill_node(1)
-                    killed = time.monotonic()
-                time.sleep(0.1)
-            code = driver.wait(30)
-        finally:
-            if driver.poll() is None:
-                driver.kill()
-                driver.wait()
-    said = (tmp_path / "driver.log").read_text(errors="replace")
-    assert killed is not None, said[-3000:]
+        cmd = [sys.executable, "-m", "opmatrix", *ARGS, "--executor", "ray", "--ray-address", cluster.address,
+               "--out", str(out)]
+        # both nodes' workers have run tasks: lose one
+        code, killed, said = _drive(cmd, {**os.environ, **cluster.env}, tmp_path / "driver.log",
+                                    lambda: (out / "journal.jsonl").exists() and len(_slots(out)) == 2,
+                                    lambda: cluster.kill_node(1))
+    assert killed, said[-3000:]
     assert code == 0, said[-3000:]
     # the lost node's task ran again on the other node, blamed on nothing
     assert "node lost: task" in said and "left the cluster" in said, said[-3000:]
@@ -114,26 +122,17 @@ def test_a_lost_nodes_task_runs_again_elsewhere_keeping_its_finished_units(tmp_p
         cmd = [sys.executable, str(ROOT / "tests" / "runner_handlers.py"), str(out), "--tasks", "6", "--units", "4",
                "--sleep", "0.7", "--timeout", "30", "--pid-dir", str(pids), "--runs", str(runs),
                "--ray-address", cluster.address]
-        with open(tmp_path / "driver.log", "wb") as log:
-            driver = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-        raylet, seen, killed = cluster.raylet_pid(1), None, False
-        try:
-            end = time.monotonic() + 300
-            while driver.poll() is None and time.monotonic() < end:
-                # a worker whose parent (its actor) is a child of the second node's raylet
-                on_node = [f for f in pids.iterdir() if f.read_text().isdigit() and _parent(int(f.read_text())) == raylet]
-                if on_node and seen is None:
-                    seen = time.monotonic()
-                if not killed and seen is not None and time.monotonic() - seen > 1.6:  # about its third unit
-                    cluster.kill_node(1)
-                    killed = True
-                time.sleep(0.05)
-            code = driver.wait(30)
-        finally:
-            if driver.poll() is None:
-                driver.kill()
-                driver.wait()
-    said = (tmp_path / "driver.log").read_text(errors="replace")
+        raylet, seen = cluster.raylet_pid(1), []
+
+        def third_unit_on_the_node() -> bool:
+            # a worker whose parent (its actor) is a child of the second node's raylet
+            if not seen and any(f.read_text().isdigit() and _parent(int(f.read_text())) == raylet
+                                for f in pids.iterdir()):
+                seen.append(time.monotonic())
+            return bool(seen) and time.monotonic() - seen[0] > 1.6  # about its third unit
+
+        code, killed, said = _drive(cmd, env, tmp_path / "driver.log", third_unit_on_the_node,
+                                    lambda: cluster.kill_node(1))
     assert killed and code == 0, said[-3000:]
     tasks = _tasks(out)
     assert sorted(tasks) == [f"t{i}|float32" for i in range(6)], tasks  # each once

@@ -125,7 +125,10 @@ class _TaskRun:
             steps = ["compile"] if result.mode is Mode.compile else ["eager", "backward"]
             for step in steps:
                 sid = unit_id(unit, step)
-                if sid in self.retried and (step != "backward" or result.autograd is not None):
+                # the outcome this attempt recorded for the step: a fault means it did not run
+                # cleanly here (it crashed again and is recorded from the runner's skip plan)
+                now = result.outcome if step != "backward" else result.autograd.outcome if result.autograd else None
+                if sid in self.retried and now is not None and not now.is_fault:
                     result.note = "; ".join(filter(None, [result.note, (
                         f"{step} ran without a fault in a fresh worker (it had first "
                         f"{self.retried[sid]})")]))
