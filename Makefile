@@ -5,7 +5,7 @@ OPM := $(VENV)/bin/opmatrix
 STAMP := $(VENV)/.installed
 OUT ?= out
 
-.PHONY: setup demo test test-fast test-xla test-compat lint bench clean browser-deps docs
+.PHONY: setup demo test test-fast test-cluster test-xla test-compat lint bench clean browser-deps docs
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -48,10 +48,15 @@ browser-deps:
 TEST_JOBS ?= 2
 test: setup browser-deps
 	@rc=0; \
-	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile -m "not serial" || rc=1; \
+	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile -m "not serial and not cluster" || rc=1; \
 	$(PY) -m pytest -q -m serial || rc=1; \
 	$(MAKE) --no-print-directory docs || rc=1; \
 	exit $$rc
+
+# The Ray executor on real local Ray clusters (one node; two `ray start` nodes on loopback, one of
+# them killed mid-run): about two minutes of their own, so a stage of .ci/run after make test.
+test-cluster: setup
+	$(PY) -m pytest -q -m cluster
 
 # The user docs (docs/, mkdocs.yml), built strictly into site-docs/.
 docs: setup

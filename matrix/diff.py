@@ -126,6 +126,12 @@ class MatrixDiff:
         """No cell changed."""
         return not any(self.counts().values())
 
+    @property
+    def same_verdicts(self) -> bool:
+        """The same cells with the same paths and outcomes; only evidence (how large an error
+        within tolerance was, e.g. bfloat16 sums accumulated by another thread count) may differ."""
+        return not (self.worse or self.better or self.new or self.removed or self.not_probed)
+
     def counts(self) -> dict[str, int]:
         """Number of changed cells per kind."""
         return {kind: len(getattr(self, kind)) for kind in _KINDS}

@@ -23,7 +23,7 @@ from tests.raycluster import LoopbackCluster
 
 ROOT = Path(__file__).resolve().parent.parent
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 OPS = "softmax,add,mul,mm,bmm,addmm,sum,sort,topk,addcmul,cumsum,nn.functional.linear"
 ARGS = ["probe", "--backend", "refaccel", "--generation", "g2", "--ops", OPS, "--dtypes", "float32,bfloat16",
@@ -97,7 +97,7 @@ def test_a_node_lost_mid_run_loses_nothing_and_records_nothing_twice(tmp_path: P
     assert not any(o in ("crashed", "hung") for cells in outcomes.values() for o in cells), outcomes
     local, on_ray = (load_matrix(tmp_path / name / "matrix.yaml") for name in ("local", "ray"))
     diff = diff_matrices(local, on_ray)
-    assert diff.empty, diff.render_table()
+    assert diff.same_verdicts, diff.render_table()
     assert local.cell_count() == on_ray.cell_count() > 0
 
 

@@ -23,7 +23,7 @@ from opmatrix.probes.runner import run
 from opmatrix.probes.runner.raypool import RayExecutor
 from tests.runner_handlers import HANDLERS, make_tasks
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -54,7 +54,7 @@ def test_a_ray_run_gives_the_local_runs_matrix(cluster: Any, tmp_path: Path) -> 
     assert main([*args, "--out", str(tmp_path / "ray"), "--executor", "ray"]) == 0
     local, on_ray = (load_matrix(tmp_path / name / "matrix.yaml") for name in ("local", "ray"))
     diff = diff_matrices(local, on_ray)
-    assert diff.empty, diff.render_table()
+    assert diff.same_verdicts, diff.render_table()
     assert local.cell_count() == on_ray.cell_count() > 0
     records = [r for r in _records(tmp_path / "ray") if r["kind"] == "task"]
     assert {r["device"] for r in records} <= {"refaccel:0", "refaccel:1"}  # as torch names them
