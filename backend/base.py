@@ -110,14 +110,16 @@ def dtype_named(exc: BaseException, dtype: str) -> str | None:
     accepts Float, got Double", "no device memory layout for element type ComplexDouble"): no
     phrase table holds them all, but a refusal of a dtype names it. ScalarType names are matched
     with their case (``Int``, not "int"; also ``kInt``, ``DT_INT32``-style ``DT_INT``), the others
-    in any case (``DT_INT32``), all as whole words."""
+    in any case (``DT_INT32``), all as whole words, and never as a shape (``f32[5]``)."""
     if not dtype:
         return None
     text = str(exc)
     if any(re.search(p, text.lower()) for p in NOT_REFUSALS):
         return None
-    # a whole word; C++ enumerators and runtime type tags prefix it: ``kDouble``, ``DT_DOUBLE``
-    bound = r"(?<![A-Za-z0-9_])(?:{}){}(?![A-Za-z0-9_])"
+    # a whole word; C++ enumerators and runtime type tags prefix it: ``kDouble``, ``DT_DOUBLE``.
+    # A word followed by ``[`` is a shape in XLA/HLO notation (``f32[5,5,0]``, ``xla_shape=f32[5]``):
+    # it describes a tensor in a lowering or broadcasting failure, it does not refuse its dtype
+    bound = r"(?<![A-Za-z0-9_])(?:{}){}(?![A-Za-z0-9_\[])"
     if re.search(bound.format("(?i:dt_)?", re.escape(dtype)), text, re.IGNORECASE):
         return dtype
     for word in _DTYPE_WORDS.get(dtype, ()):

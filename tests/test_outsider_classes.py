@@ -86,6 +86,12 @@ def test_a_folder_named_like_the_package_does_not_shadow_it_in_child_processes(t
     ("TA_E_DTYPE(0x21): copysign kernel accepts Float, got Double", "int32", None),
     ("INTERNAL ASSERT FAILED: Double buffer corrupted", "float64", None),
     ("internal error 0x1f", "float32", None),
+    # torch_xla's lowering and broadcasting failures print shapes in XLA notation: not refusals
+    ("Error while lowering: [] aten::svd, num_outputs=3, xla_shape=(f32[0,0]{1,0}, f32[0]{0}, "
+     "f32[0,0]{1,0}), dynamic_dims: (), some=1, compute_uv=1", "float32", None),
+    ("Shapes are not compatible for broadcasting: f32[5,5,0] vs. f32[1,5]. Expected dimension 2 of "
+     "shape f32[5,5,0] (0) to match dimension 1 of shape f32[1,5] (5).", "float32", None),
+    ("Error while lowering: [] aten::expand, xla_shape=s64[5]{0}, dynamic_dims: (), size=(5)", "int64", None),
 ])
 def test_a_message_names_the_dtype_in_its_own_words(message: str, dtype: str, named: str | None) -> None:
     assert dtype_named(RuntimeError(message), dtype) == named
