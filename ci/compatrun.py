@@ -22,7 +22,7 @@ import sysconfig
 import time
 from pathlib import Path
 
-from opmatrix.schema import dump_model, load_matrix
+from opmatrix.schema import Matrix, dump_model, load_matrix
 from opmatrix.schema.perf import CompatCheck, CompatReport, CompatRun
 
 from .options import CompatOptions
@@ -74,19 +74,21 @@ def _run(python: Path, args: list[str], timeout: float) -> tuple[bool, float, st
     return p.returncode == 0, time.monotonic() - t0, text[:300]
 
 
-def _generation(out: Path, runs: list[CompatRun], asked: str | None) -> str | None:
+def _generation(seen: list[str | None], asked: str | None) -> str | None:
     """The generation the versions' matrices name (each probed matrix records the one it ran on);
     none when they disagree, so that the report proves no generation."""
-    seen = {load_matrix(out / f"torch-{r.torch}" / "matrix.yaml").backend.generation
-            for r in runs if (out / f"torch-{r.torch}" / "matrix.yaml").exists()}
-    if not seen:
+    named = set(seen)
+    if not named:
         return asked
-    return seen.pop() if len(seen) == 1 else None
+    return named.pop() if len(named) == 1 else None
 
 
 def matrix_cells(path: Path) -> dict[str, str]:
     """Cell label -> ``path/outcome`` for every cell of a matrix."""
-    m = load_matrix(path)
+    return _cells(load_matrix(path))
+
+
+def _cells(m: Matrix) -> dict[str, str]:
     out = {}
     for op, entries in m.operators.items():
         for e in entries:
@@ -121,12 +123,13 @@ def _interpreter(version: str) -> tuple[Path | None, CompatCheck | None, str | N
                                detail=detail), None
 
 
-def _version_run(version: str, args: CompatOptions, out: Path) -> CompatRun:
+def _version_run(version: str, args: CompatOptions, out: Path) -> tuple[CompatRun, Matrix | None]:
+    """One torch version's run, and the matrix its probe wrote (none when it wrote none)."""
     python, install, why = _interpreter(version)
     env_name = str(python) if python else "none"
     pyver = ".".join(map(str, sys.version_info[:3]))
     if python is None or install is None:
-        return CompatRun(torch=version, python=pyver, environment=env_name, error=why)
+        return CompatRun(torch=version, python=pyver, environment=env_name, error=why), None
     checks = [install]
     gen = ["--generation", args.generation] if args.generation else []
     for name, cmd in (("doctor", ["-m", "opmatrix", "doctor", "--backend", args.backend, *gen]),
@@ -138,9 +141,10 @@ def _version_run(version: str, args: CompatOptions, out: Path) -> CompatRun:
              "--no-compile", "--no-runtime", "--workers", "1", "--quiet", "--out", str(where)]
     ok, secs, text = _run(python, probe, args.timeout)
     checks.append(CompatCheck(name="probe", ok=ok, seconds=round(secs, 2), detail=text))
-    cells = matrix_cells(where / "matrix.yaml") if (where / "matrix.yaml").exists() else {}
-    return CompatRun(torch=version, python=pyver, environment=env_name, checks=checks, cells=cells,
-                     error=None if ok else f"opmatrix probe failed: {text}")
+    matrix = load_matrix(where / "matrix.yaml") if (where / "matrix.yaml").exists() else None
+    return CompatRun(torch=version, python=pyver, environment=env_name, checks=checks,
+                     cells=_cells(matrix) if matrix else {},
+                     error=None if ok else f"opmatrix probe failed: {text}"), matrix
 
 
 def compat(args: CompatOptions) -> int:
@@ -150,13 +154,15 @@ def compat(args: CompatOptions) -> int:
     backend and OpInfo; this package may not."""
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    runs = []
+    runs, generations = [], []
     for version in args.torch:
-        run = _version_run(version, args, out)
+        run, matrix = _version_run(version, args, out)
         runs.append(run)
+        if matrix is not None:
+            generations.append(matrix.backend.generation)
         status = run.error or ", ".join(f"{c.name} {'ok' if c.ok else 'FAILED'} ({c.seconds:.1f} s)" for c in run.checks)
         print(f"torch {version}: {status}; {len(run.cells)} cells")
-    report = CompatReport(kind="compat-report", backend=args.backend, generation=_generation(out, runs, args.generation),
+    report = CompatReport(kind="compat-report", backend=args.backend, generation=_generation(generations, args.generation),
                           ops=list(args.ops), runs=runs,
                           measured_at=dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat())
     dump_model(report, out / "compat.yaml", command=args.command_line())
