@@ -77,6 +77,10 @@ NOT_REFUSALS: tuple[str, ...] = (
     # Python's own operator errors name Python objects, not what a backend supports
     r"not supported between instances of", r"unsupported operand type",
 )
+#: messages that print a dtype as one attribute of a failed compilation, not as what is refused:
+#: XLA's lowering failures dump the IR node (``Error while lowering: [] aten::cumprod,
+#: xla_shape=f32[0]{0}, dim=0, dtype=Float``); its refusals say ``UNIMPLEMENTED`` (the adapter's rule)
+NOT_DTYPE_REFUSALS: tuple[str, ...] = (r"error while lowering",)
 
 
 def refusal_of(exc: BaseException) -> str | None:
@@ -114,7 +118,7 @@ def dtype_named(exc: BaseException, dtype: str) -> str | None:
     if not dtype:
         return None
     text = str(exc)
-    if any(re.search(p, text.lower()) for p in NOT_REFUSALS):
+    if any(re.search(p, text.lower()) for p in (*NOT_REFUSALS, *NOT_DTYPE_REFUSALS)):
         return None
     # a whole word; C++ enumerators and runtime type tags prefix it: ``kDouble``, ``DT_DOUBLE``.
     # A word followed by ``[`` is a shape in XLA/HLO notation (``f32[5,5,0]``, ``xla_shape=f32[5]``):
