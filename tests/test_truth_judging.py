@@ -10,7 +10,7 @@ from opmatrix.backend.base import REFUSALS, refusal_of
 from opmatrix.probes.ops.cells import SampleResult, cells_from_samples
 from opmatrix.probes.ops.layouts import make_variant, to_device
 from opmatrix.probes.ops.numerics import compare, moments_differ
-from opmatrix.schema import ExecPath, Layout, Mode, Outcome
+from opmatrix.schema import ErrorInfo, ExecPath, Layout, Mode, Outcome
 
 
 def test_complexhalf_and_float8_outputs_compare() -> None:
@@ -98,3 +98,17 @@ def test_a_sample_is_filed_under_its_own_dtype() -> None:
     s.dtype = "float32"
     (cell,) = cells_from_samples([s], "int16")
     assert cell.dtype.value == "float32"
+
+
+def test_a_cells_error_is_that_of_a_sample_with_its_outcome() -> None:
+    """A cell whose worst outcome is one sample's error shows that error, not the refusal another
+    sample of the cell gave (torch_xla's cumprod: one empty sample refused, another failing)."""
+    refused = _sample(ExecPath.rejected, Outcome.ok, False)
+    refused.error = ErrorInfo(type="RuntimeError", message="QX: cumprod of an empty input is not supported",
+                              actionable=True)
+    failed = _sample(ExecPath.native, Outcome.error, False)
+    failed.error = ErrorInfo(type="RuntimeError", message="Check failed: tensor_data:", actionable=False)
+    for order in ([refused, failed], [failed, refused]):
+        (cell,) = cells_from_samples(order, "float32")
+        assert cell.result.outcome is Outcome.error
+        assert cell.result.error is not None and cell.result.error.message == "Check failed: tensor_data:"

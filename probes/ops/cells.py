@@ -172,7 +172,9 @@ def _result(samples: list[SampleResult], conditions: dict[str, str]) -> CellResu
         for p in paths:
             by_path[p] = by_path.get(p, 0) + 1
     outcome = max(s.outcome for s in samples)
-    errors = [s.error for s in samples if s.error is not None]
+    # the error shown is one of a sample with the cell's outcome (a rejected sample's refusal
+    # must not stand for another sample's error)
+    errors = [s.error for s in sorted(samples, key=lambda s: s.outcome is not outcome) if s.error is not None]
     components = sorted({c for s in samples for c in s.components})
     notes = sorted({part for s in samples if s.note for part in s.note.split("; ")})
     return CellResult(
