@@ -227,3 +227,24 @@ def test_opinfo_declared_random_or_undefined_outputs_are_not_compared() -> None:
     record = probe_task(get_adapter("cpu"), "svd_lowrank", "float32", options={"compile": "off", "layouts": ["contiguous"]})
     assert record.cells and all(c.result.outcome is Outcome.ok for c in record.cells)
     assert all("values not compared" in (c.result.note or "") for c in record.cells)
+
+
+def test_a_miscompiled_result_is_wrong_and_says_what_differs(cpu):
+    """A compiler backend that returns other values (here one that adds 1 to every output, as a
+    vendor compiler with a bad lowering would): the compiled cell is wrong, with its error and the
+    count of differing values, like an eager cell."""
+    from torch._dynamo import list_backends, register_backend
+
+    if "opmatrix_off_by_one" not in list_backends(exclude_tags=()):
+        @register_backend(name="opmatrix_off_by_one")
+        def off_by_one(gm, example_inputs):  # noqa: ANN001, ANN202 - dynamo's backend signature
+            def run(*args):  # noqa: ANN002, ANN202
+                out = gm(*args)
+                return type(out)(o + 1 if isinstance(o, torch.Tensor) else o for o in out)
+            return run
+
+    rec = probe_task(cpu, "add", "float32", options={"compile_backend": "opmatrix_off_by_one"})
+    (compiled,) = [c for c in rec.cells if c.mode is Mode.compile]
+    assert compiled.result.outcome is Outcome.wrong
+    assert compiled.result.numerics is not None and compiled.result.numerics.max_abs_err == 1.0
+    assert compiled.result.numerics.mismatched and "values outside" in (compiled.result.note or ""), compiled.result.note

@@ -171,6 +171,8 @@ def _probe_compile(st: EngineState, entry: OpEntry, unit: Unit, dtype: torch.dty
     if dc.error is not None:
         result.note = "; ".join(filter(None, [result.note, f"the profiled run raised ({type(dc.error).__name__}: "
                                               f"{str(dc.error)[:120]}); the plain run's result stands"]))
-    ok = check_values(st, unit, ref, first.out, dtype, result).ok
-    result.outcome = Outcome.ok if ok else Outcome.wrong
+    check = check_values(st, unit, ref, first.out, dtype, result)
+    result.outcome = Outcome.ok if check.ok else Outcome.wrong
+    if not check.ok:  # what differs, as an eager cell says it
+        result.note = "; ".join(filter(None, [result.note, check.comparison.detail]))
     return result
