@@ -77,10 +77,6 @@ NOT_REFUSALS: tuple[str, ...] = (
     # Python's own operator errors name Python objects, not what a backend supports
     r"not supported between instances of", r"unsupported operand type",
 )
-#: messages that print a dtype as one attribute of a failed compilation, not as what is refused:
-#: XLA's lowering failures dump the IR node (``Error while lowering: [] aten::cumprod,
-#: xla_shape=f32[0]{0}, dim=0, dtype=Float``); its refusals say ``UNIMPLEMENTED`` (the adapter's rule)
-NOT_DTYPE_REFUSALS: tuple[str, ...] = (r"error while lowering",)
 
 
 def refusal_of(exc: BaseException) -> str | None:
@@ -114,16 +110,18 @@ def dtype_named(exc: BaseException, dtype: str) -> str | None:
     accepts Float, got Double", "no device memory layout for element type ComplexDouble"): no
     phrase table holds them all, but a refusal of a dtype names it. ScalarType names are matched
     with their case (``Int``, not "int"; also ``kInt``, ``DT_INT32``-style ``DT_INT``), the others
-    in any case (``DT_INT32``), all as whole words, and never as a shape (``f32[5]``)."""
+    in any case (``DT_INT32``), all as whole words, never as a shape (``f32[5]``) nor as an
+    attribute's value (``dtype=Float``)."""
     if not dtype:
         return None
     text = str(exc)
-    if any(re.search(p, text.lower()) for p in (*NOT_REFUSALS, *NOT_DTYPE_REFUSALS)):
+    if any(re.search(p, text.lower()) for p in NOT_REFUSALS):
         return None
     # a whole word; C++ enumerators and runtime type tags prefix it: ``kDouble``, ``DT_DOUBLE``.
     # A word followed by ``[`` is a shape in XLA/HLO notation (``f32[5,5,0]``, ``xla_shape=f32[5]``):
-    # it describes a tensor in a lowering or broadcasting failure, it does not refuse its dtype
-    bound = r"(?<![A-Za-z0-9_])(?:{}){}(?![A-Za-z0-9_\[])"
+    # it describes a tensor in a lowering or broadcasting failure, it does not refuse its dtype;
+    # a word after ``=`` is an attribute in a dump of a failed node (``dim=0, dtype=Float``)
+    bound = r"(?<![A-Za-z0-9_=])(?:{}){}(?![A-Za-z0-9_\[])"
     if re.search(bound.format("(?i:dt_)?", re.escape(dtype)), text, re.IGNORECASE):
         return dtype
     for word in _DTYPE_WORDS.get(dtype, ()):

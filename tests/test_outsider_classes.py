@@ -93,8 +93,13 @@ def test_a_folder_named_like_the_package_does_not_shadow_it_in_child_processes(t
      "shape f32[5,5,0] (0) to match dimension 1 of shape f32[1,5] (5).", "float32", None),
     ("Error while lowering: [] aten::expand, xla_shape=s64[5]{0}, dynamic_dims: (), size=(5)", "int64", None),
     # ... and dump the node's attributes, the dtype among them: a compiler failure, not a refusal
-    ("Error while lowering: [] aten::cumprod, xla_shape=f32[0]{0}, dynamic_dims: (), dim=0, dtype=Float",
-     "float32", None),
+    ("Error while lowering: [] aten::cumprod, xla_shape=f32[0]{0}, dynamic_dims: (), dim=0, dtype=Float\n"
+     "XLA builder error: INVALID_ARGUMENT: Window dimensions { stride: 1 padding_low: -1 } has a non-positive "
+     "dimension.", "float32", None),
+    # while the builder's own refusal of the element type names it
+    ("Error while lowering: [] aten::bitwise_not, xla_shape=f32[20]{0}, dynamic_dims: ()\nXLA builder error: "
+     "INVALID_ARGUMENT: Expected pred or an integral element type in argument to Not operation; got F32.",
+     "float32", "f32"),
 ])
 def test_a_message_names_the_dtype_in_its_own_words(message: str, dtype: str, named: str | None) -> None:
     assert dtype_named(RuntimeError(message), dtype) == named
