@@ -223,6 +223,41 @@ def test_a_failed_graph_does_not_poison_the_ops_after_it(tmp_path: Path):
     assert i1 and {r["outcome"] for r in i1} == {"ok"}, i1
 
 
+def _cumprod_but_empty(x):
+    # refuses an empty input in eager on the device, as a backend's Python kernel may; compiled,
+    # the refusal is traced away and XLA fails to lower cumprod of an empty tensor
+    if x.numel() == 0 and x.device.type != "cpu" and not torch.compiler.is_compiling():
+        raise NotImplementedError("cumprod_but_empty: empty inputs are not supported")
+    return torch.cumprod(x, 0)
+
+
+def test_a_failed_compiled_graph_does_not_poison_the_ops_after_it(xla):
+    """An empty input refused in eager is tried compiled (is it available there?): XLA fails to
+    lower it, and what the failed graph held lived through the collections compiling made. A
+    young-generation collection left it alive, so every later eager call of the task failed
+    ("Error while lowering" again, then "Check failed: tensor_data"), as torch_xla's cumprod did
+    in a full run. The engine collects fully after a failed compiled call."""
+    from torch.testing._internal.opinfo.core import OpInfo, SampleInput
+
+    from opmatrix.probes.ops.source import OpEntry
+    from opmatrix.probes.ops.state import InlineContext, engine_state
+
+    def samples(op, device, dtype, requires_grad, **kw):
+        for shape in ((4,), (0, 4), (5, 5, 5), (3, 4, 5)):
+            yield SampleInput(torch.rand(shape, device=device, dtype=dtype))
+
+    info = OpInfo("xlatest.cumprod_but_empty", op=_cumprod_but_empty, dtypes=(torch.float32,),
+                  sample_inputs_func=samples, supports_autograd=False)
+    ctx = InlineContext(xla)
+    engine_state(ctx).ops[info.name] = OpEntry(info.name, info)
+    rec = probe_task(ctx, info.name, "float32", options={"layouts": ["contiguous", "transposed"]})
+    failed = [c for c in rec.cells if c.mode is Mode.compile and c.result.outcome is Outcome.error]
+    assert failed and "lowering" in failed[0].result.error.message  # the compiled call that failed
+    later = [c for c in rec.cells if c.rank == 3]
+    assert later and {(c.result.path, c.result.outcome) for c in later} == {(ExecPath.native, Outcome.ok)}, [
+        (c.layout, c.result.error) for c in later]
+
+
 def test_to_sparse_keeps_its_observed_fallback_when_the_copy_back_fails(tmp_path: Path):
     """torch_xla's to_sparse runs on the host, then cannot bring the sparse result back (XLA has no
     sparse tensors): the error reads like a rejection, but the CPU computes the sample and the

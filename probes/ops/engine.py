@@ -161,9 +161,12 @@ class _TaskRun:
         if ref is not None:
             self._backward(unit, eager)
             self._maybe_compile(unit, ref, eager)
-        if not self.st.adapter.is_host and any(_raised(r) for r in self.results[before:]):
+        raised = [r for r in self.results[before:] if _raised(r)]
+        if not self.st.adapter.is_host and raised:
             self.failed_units += 1
-            release_failed_calls()
+            # a compiled call's leftovers were alive through the collections compiling made, so they
+            # are old: only a full collection frees them (torch_xla then fails every later call)
+            release_failed_calls(full=any(r.mode is Mode.compile for r in raised))
 
 
     def _layout_invalid(self, unit: Unit, uid: UnitId, exc: BaseException) -> bool:
@@ -272,8 +275,10 @@ def release_failed_calls(full: bool = False) -> None:
     tensor_data", every op after the failure reads ``error`` and the process looks poisoned
     while it is not (a fresh process runs the same ops). The young generations after each failed
     unit cost microseconds; a full collection (a fifth of a second with OpInfo loaded, until the
-    worker froze what its setup imported) runs once at the end of a task that had failures. The
-    host adapter keeps no device state: not needed."""
+    worker froze what its setup imported; 50 ms once it has compiled) runs after a unit whose
+    compiled call failed (what the failed graph held lived through the collections compiling
+    made, so it is old) and at the end of a task that had failures. The host adapter keeps no
+    device state: not needed."""
     gc.collect(2 if full else 1)
 
 
