@@ -56,6 +56,10 @@ class Refusal:
     names: str  # what the message names (for the docs and tests)
 
 
+#: the words of a kernel stating what it needs (then a layout or a rank: :data:`REFUSALS`)
+_NEEDS = (r"\b(?:requires?|expects?|expected|must be|must have|needs?|only accepts?|accepts? only|only takes?"
+          r"|takes? only|supports? only)\s+")
+
 #: messages that name what is unsupported (a dtype, layout, rank, argument or a missing kernel):
 #: any exception type whose message matches one is a clean rejection, when nothing ran on the
 #: device first and the device stays healthy (``TORCH_CHECK`` raises RuntimeError with these)
@@ -70,6 +74,12 @@ REFUSALS: tuple[Refusal, ...] = (
     Refusal(r"\bcannot hold\b", "a dtype device memory cannot store"),
     Refusal(r"\bno kernel\b", "an op with no kernel"),
     Refusal(r"\bnot available for\b", "an op or dtype the backend lacks"),
+    # a kernel that states what it needs, in a vendor's words, of the memory layout or the rank
+    # ("TA_E_LAYOUT: mul kernel requires contiguous input", "expects a 2-D input, got 3-D")
+    Refusal(_NEEDS + r"(?:an?\s+|only\s+)?(?:contiguous|channels[_ ]last|nhwc|nchw|dense|row[- ]major)\b",
+            "the memory layout a kernel needs (\"requires contiguous input\")"),
+    Refusal(_NEEDS + r"(?:an?\s+|only\s+|up to\s+|at most\s+)?(?:\d+\s*-?\s*d\b|\d+-dimensional|\d+\s+dim(?:ension)?s\b"
+            r"|rank\s*(?:[<>]=?|==?)?\s*\d)", "the ranks a kernel takes (\"expects a 2-D input\")"),
 )
 #: messages that name a broken backend, never a refusal, whatever else they say
 NOT_REFUSALS: tuple[str, ...] = (

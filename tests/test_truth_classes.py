@@ -83,6 +83,25 @@ def test_a_torch_check_refusal_in_a_cpp_kernel_is_rejected(tmp_path: Path) -> No
     assert all("only supports float32" in e["error"]["message"] for e in refused)
 
 
+def test_a_kernel_stating_the_layout_and_rank_it_needs_is_rejected(tmp_path: Path) -> None:
+    """mul refuses non-contiguous inputs and ranks above 2 in its own words ("TA_E_LAYOUT(0x31):
+    mul kernel requires contiguous input", "... expects 2-D input or less, got 3-D"): those cells
+    are rejected with the kernel's message, the others native, nothing is an error."""
+    proc, matrix = _probe(tmp_path / "out", "mul", "float32", layouts="contiguous,transposed",
+                          TOYACCEL_FAULT="needs:mul")
+    assert proc.returncode == 0 and "faulted cells" not in proc.stdout, proc.stdout[-2000:]
+    entries = _all(matrix, "aten.mul.Tensor", "float32")
+    boxes = [(rank, layout, e) for e in entries for part in (e.get("parts") or [e])
+             for rank in range(part["ranks"]["min"], part["ranks"]["max"] + 1) for layout in part["layouts"]]
+    assert {(rank, layout) for rank, layout, _ in boxes} >= {(1, "contiguous"), (2, "transposed"), (3, "contiguous")}
+    for rank, layout, e in boxes:
+        if layout == "contiguous" and rank <= 2:
+            assert (e["path"], e["outcome"]) == ("native", "ok"), (rank, layout, e)
+        else:
+            assert (e["path"], e["outcome"]) == ("rejected", "ok"), (rank, layout, e)
+            assert e["error"]["message"].startswith(("TA_E_LAYOUT", "TA_E_RANK")), e
+
+
 def test_as_strided_views_keep_their_storage(tmp_path: Path) -> None:
     """as_strided samples address the base storage outside the view (partial views): the device
     gets the whole storage and the same view over it, so every value is right."""

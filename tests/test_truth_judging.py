@@ -53,11 +53,23 @@ def test_the_refusal_table_names_what_is_unsupported() -> None:
     error or Python's own operator errors are not."""
     for text in ("abs: only supports float type", "device memory cannot hold complex64",
                  "\"add_stub\" not implemented for 'ComplexHalf'", "Could not run 'aten::foo' with arguments",
-                 "float64 is not supported on this device"):
+                 "float64 is not supported on this device",
+                 # a kernel stating the layout or the rank it needs, in a vendor's words
+                 "TA_E_LAYOUT(0x31): mul kernel requires contiguous input", "QX: input must be contiguous",
+                 "conv kernel only accepts channels_last tensors", "npu_mm expects a 2-D input, got 3-D",
+                 "TA_E_RANK: reduce kernel takes only 4 dims", "kernel requires rank <= 4 (got rank 5)",
+                 "matrix engine expects 2D operands", "vector unit needs 1-dimensional input"):
         assert refusal_of(RuntimeError(text)) is not None, text
     assert refusal_of(NotImplementedError("")) is not None
     for text in ("internal error 0x1f", "INTERNAL ASSERT FAILED: not supported", "'<' not supported between instances"
-                 " of 'Tensor' and 'NoneType'"):
+                 " of 'Tensor' and 'NoneType'",
+                 # a shape or size check and a view that no stride allows are not refusals of a layout or rank
+                 "Expected size 5 but got size 3 for tensor number 1 in the list",
+                 "view size is not compatible with input tensor's size and stride (at least one dimension spans "
+                 "across two contiguous subspaces). Use .reshape(...) instead.",
+                 "expected scalar type Float but found Double", "Expected all tensors to be on the same device",
+                 "Dimension out of range (expected to be in range of [-1, 0], but got 2)",
+                 "mat1 and mat2 shapes cannot be multiplied (5x3 and 4x5)"):
         assert refusal_of(RuntimeError(text)) is None, text
     assert all(r.pattern and r.names for r in REFUSALS)
 

@@ -25,11 +25,12 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
 
-def _probe(out: Path, ops: str, dtypes: str, **env: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+def _probe(out: Path, ops: str, dtypes: str, layouts: str = "contiguous", **env: str
+           ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     full = {**os.environ, "PYTHONPATH": str(ROOT), "OPMATRIX_CACHE_DIR": str(out.parent / "cache"),
             "TOYACCEL_FLAVOUR": "fallback", "TOYACCEL_FAULT": "", **env}
     cmd = [sys.executable, "-m", "opmatrix", "probe", "--backend", "tests.toyaccel:ToyAdapter", "--ops", ops,
-           "--dtypes", dtypes, "--no-runtime", "--no-compile", "--layouts", "contiguous", "--workers", "1",
+           "--dtypes", dtypes, "--no-runtime", "--no-compile", "--layouts", layouts, "--workers", "1",
            "--timeout", "30", "--out", str(out)]
     proc = subprocess.run(cmd, env=full, capture_output=True, text=True, timeout=900, cwd=ROOT)
     path = out / "matrix.yaml"

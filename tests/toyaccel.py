@@ -19,7 +19,8 @@ other op is a clean "could not run" rejection.
 ``TOYACCEL_FAULT=crash:mul`` (or ``abort``, ``hang``) makes the ``mul`` kernel fault;
 ``hostile:mul`` (``hostile-error:mul``) makes it reject (fail) with :data:`HOSTILE_MESSAGE`;
 ``unreadable:mul`` raises an error whose ``str()`` raises; ``wrong:mul`` returns every other
-value off by one (silently wrong); ``worn:mul`` segfaults once this
+value off by one (silently wrong); ``needs:mul`` refuses non-contiguous inputs and inputs of
+rank 3 or more in a vendor's words ("TA_E_LAYOUT(0x31): mul kernel requires contiguous input"); ``worn:mul`` segfaults once this
 process has called the kernel ``TOYACCEL_WORN_AFTER`` times (default 20): a fault from what the
 worker accumulated (torch_xla's JIT running out of code memory), not from the input.
 ``TOYACCEL_CPP_KERNELS=PATH`` loads C++ kernels (``tests/toyaccel_kernels.cpp``, built by
@@ -152,11 +153,17 @@ def to_copy(self: torch.Tensor, **kw: Any) -> torch.Tensor:
 _CALLS: dict[str, int] = {}
 
 
-def _fault(op: str) -> None:
+def _fault(op: str, *inputs: torch.Tensor) -> None:
     mode, _, target = os.environ.get("TOYACCEL_FAULT", "").partition(":")
     if target != op:
         return
     _CALLS[op] = _CALLS.get(op, 0) + 1
+    if mode == "needs":  # a kernel that states the layout and the ranks it takes, in a vendor's words
+        if not all(t.is_contiguous() for t in inputs):
+            raise RuntimeError(f"TA_E_LAYOUT(0x31): {op} kernel requires contiguous input")
+        if max((t.dim() for t in inputs), default=0) > 2:
+            raise RuntimeError(f"TA_E_RANK(0x32): {op} kernel expects 2-D input or less, got "
+                               f"{max(t.dim() for t in inputs)}-D")
     if mode == "worn" and _CALLS[op] > int(os.environ.get("TOYACCEL_WORN_AFTER", "20")):
         os.kill(os.getpid(), signal.SIGSEGV)
         time.sleep(5)
@@ -204,7 +211,7 @@ def _on_host(fn: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
 
 def _binary(name: str, fn: Any) -> Any:
     def kernel(self: torch.Tensor, other: torch.Tensor, *, alpha: Any = 1) -> torch.Tensor:
-        _fault(name)
+        _fault(name, *(t for t in (self, other) if isinstance(t, torch.Tensor)))
         kw = {"alpha": alpha} if name in ("add", "sub") and alpha != 1 else {}
         if name == "add" and (self.dtype in _HOST_DTYPES or self.dim() >= 3):
             return _on_host(fn, self, other, **kw)
