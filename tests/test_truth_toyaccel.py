@@ -53,7 +53,7 @@ def _cells(matrix: dict[str, Any], op: str, dtype: str) -> dict[int, list[dict[s
 
 @pytest.fixture(scope="module")
 def fallback_matrix(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    proc, matrix = _probe(tmp_path_factory.mktemp("toy") / "out", "add,mm,sort,abs,gcd,unravel_index",
+    proc, matrix = _probe(tmp_path_factory.mktemp("toy") / "out", "add,mm,sort,abs,gcd,unravel_index,index_select,equal",
                          "float32,int8,bfloat16,float16")
     assert proc.returncode == 0, proc.stdout[-2000:]
     return matrix
@@ -129,6 +129,21 @@ def test_thin_composite_is_native_and_its_backward_falls_back(fallback_matrix: d
         for e in entries:
             assert e["path"] == "native" and e["components"] == ["aten.abs.out"], e
             assert e["autograd"]["path"] == "fallback", e
+
+
+def test_copies_one_way_are_no_fallback_unless_nothing_comes_back(fallback_matrix: dict[str, Any]) -> None:
+    """index_select reads its index to the host to check bounds, then gathers in device memory:
+    native, no fallback seen; the sample with a negative dim it refuses after that read:
+    rejected, not a fallback that failed. equal, served by the boxed fallback, copies both inputs
+    to the host and returns a bool: nothing comes back to the device, yet the host computed it:
+    fallback."""
+    gathered = [e for es in _cells(fallback_matrix, "aten.index_select.default", "float32").values() for e in es]
+    refused = [e for e in gathered if (e.get("conditions") or {}).get("dim") == "last"]
+    assert refused and all(e["error"]["message"].endswith("a negative dim is not supported") for e in refused)
+    assert {(e["path"], e["outcome"], e["fallback"]["state"]) for e in refused} == {("rejected", "ok", "not_observed")}
+    assert {(e["path"], e["fallback"]["state"]) for e in gathered if e not in refused} == {("native", "not_observed")}
+    equal = [e for es in _cells(fallback_matrix, "aten.equal.default", "float32").values() for e in es]
+    assert equal and {(e["path"], e["fallback"]["state"]) for e in equal} == {("fallback", "observed")}, equal
 
 
 def test_minimal_opset_backend_is_probed(tmp_path: Path) -> None:

@@ -9,8 +9,11 @@ chosen by ``TOYACCEL_FLAVOUR`` before import (one PrivateUse1 backend per proces
   int8/int16/uint8 or rank >= 3 on the host (copies to the host, computes, copies back);
 - ``mm`` is registered; bfloat16 runs on the host the same way; float16 copies to the host
   and then raises an internal error;
-- ``mul.Tensor``, ``neg``, ``abs.out`` ... are native; every op without a kernel (``sort``,
-  the backward of ``sigmoid``...) is served by a boxed CPU fallback (copies in and out).
+- ``mul.Tensor``, ``neg``, ``abs.out`` ... are native; so is ``index_select``, which reads its
+  index to the host to check bounds (a copy one way) and gathers in device memory (a negative
+  ``dim`` it refuses after that read); every op
+  without a kernel (``sort``, the backward of ``sigmoid``, ``equal``...) is served by a boxed CPU
+  fallback (copies in and out; ``equal`` returns a bool, so only in).
 
 ``minimal``, like an OpenReg-derived backend right after bring-up: empty, copies, fill, views and
 a handful of elementwise ``.out`` kernels (add, mul, sub, neg, abs), no boxed fallback: every
@@ -262,6 +265,21 @@ def mm(self: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def index_select(self: torch.Tensor, dim: int, index: torch.Tensor) -> torch.Tensor:
+    """Native: reads its index to the host to check bounds (a copy one way), then gathers in
+    device memory: no fallback. A negative ``dim`` it refuses, after that read."""
+    idx = index.cpu()
+    if dim < 0:
+        raise RuntimeError("toyaccel index_select: a negative dim is not supported")
+    size = self.shape[dim] if self.dim() else 1
+    if idx.numel() and (int(idx.min()) < -size or int(idx.max()) >= size):
+        raise IndexError(f"toyaccel index_select: index out of range for dimension {dim} of size {size}")
+    res = torch.index_select(_view(self), dim, _view(index))
+    out = _out_like(res, res.dtype)
+    _view(out).copy_(res)
+    return out
+
+
 def fill_(self: torch.Tensor, value: Any) -> torch.Tensor:
     _view(self).fill_(value)
     return self
@@ -370,7 +388,8 @@ def install() -> None:
     _KEEP.append(lib)
     if FLAVOUR == "minimal":
         return
-    for name, fn in {"add.Tensor": _binary("add", torch.add), "mul.Tensor": _binary("mul", torch.mul), "mm": mm}.items():
+    for name, fn in {"add.Tensor": _binary("add", torch.add), "mul.Tensor": _binary("mul", torch.mul), "mm": mm,
+                     "index_select": index_select}.items():
         lib.impl(name, fn, "PrivateUse1")
     fallback = torch.library.Library("_", "IMPL")
     fallback.fallback(boxed_fallback, "PrivateUse1")

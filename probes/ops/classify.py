@@ -52,6 +52,13 @@ class DeviceCall:
         """Whether any signal saw host fallback during the call."""
         return FallbackState.observed in (self.seen.state, self.observed.state)
 
+    @property
+    def read_to_host(self) -> bool:
+        """The call raised after copies to the host only (and the adapter's counter saw none): a
+        fallback on its way, or a kernel that read an argument to check it (then refused)."""
+        return (self.error is not None and self.seen.state is not FallbackState.observed
+                and self.observed.state is FallbackState.observed and self.observed.one_way())
+
 
 def run_device(st: EngineState, fn: Callable[..., object], values: Values, record: bool = True,
                profile: bool = True) -> DeviceCall:
@@ -77,6 +84,12 @@ def run_device(st: EngineState, fn: Callable[..., object], values: Values, recor
     except Exception as exc:  # noqa: BLE001 - the caller classifies it
         result.error = readable(exc)
     result.observed = trace.observed
+    if result.observed.one_way() and result.observed.to_host and (
+            result.error is not None or st.adapter.device_type not in result.devices):
+        # copied to the host, and what it returns is not on the device (``equal``'s bool): the
+        # host computed it, with no way back to make; or it raised before any way back
+        # (:attr:`DeviceCall.read_to_host` tells a refusal after reading an argument apart)
+        result.observed.state = FallbackState.observed
     result.leaf = rec.ops if rec is not None else []
     return result
 
@@ -190,9 +203,11 @@ def evidence_state(dc: DeviceCall) -> tuple[FallbackState, str | None]:
 def apply_evidence(result: SampleResult, dc: DeviceCall) -> None:
     """Record the call's fallback evidence on ``result``: state, host ops, copies and bytes."""
     state, source = evidence_state(dc)
+    if result.path is ExecPath.rejected and dc.read_to_host:  # read an argument to check it, then refused
+        state = FallbackState.not_observed
     result.fallback, result.fallback_source = state, source
     result.fallback_ops = sorted(set(dc.seen.ops) | set(dc.observed.host_ops))
-    if dc.observed.state is FallbackState.observed:
+    if dc.observed.state is FallbackState.observed and state is FallbackState.observed:
         result.copies, result.moved = dc.observed.copies, dc.observed.bytes
 
 

@@ -158,7 +158,7 @@ def _probe_compile(st: EngineState, entry: OpEntry, unit: Unit, dtype: torch.dty
         result.error = error_info(root, unit.overload, st.adapter.device_type, str(dtype).removeprefix("torch."))
         # the same rule as in eager mode: the CPU computes this unit (its reference exists)
         result.path, result.outcome, note = failed_call(st, unit.overload, uid, root, dc.fell_back, lambda: True,
-                                                           unit_dtypes(unit))
+                                                           unit_dtypes(unit), dc.read_to_host)
         result.note = note
         apply_evidence(result, dc)
         return result

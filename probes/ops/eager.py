@@ -39,9 +39,9 @@ def _failed(st: EngineState, unit: Unit, uid: UnitId, dc: DeviceCall, result: Sa
     (:func:`.faults.failed_call` decides, the same way as for a compiled call)."""
     assert dc.error is not None
     result.error = error_info(dc.error, unit.overload, st.adapter.device_type, dname)
-    apply_evidence(result, dc)
     result.path, result.outcome, note = failed_call(st, unit.overload, uid, dc.error, dc.fell_back, host_computes,
-                                                   unit_dtypes(unit))
+                                                   unit_dtypes(unit), dc.read_to_host)
+    apply_evidence(result, dc)
     result.note = "; ".join(filter(None, [result.note, note]))
 
 

@@ -56,7 +56,7 @@ def fault_from_exception(st: EngineState, unit_id: UnitId, exc: BaseException, d
 
 
 def failed_call(st: EngineState, op: OpName, unit_id: UnitId, exc: BaseException, fell_back: bool,
-                host_computes: Callable[[], bool], dtypes: tuple[str, ...] = ()
+                host_computes: Callable[[], bool], dtypes: tuple[str, ...] = (), read_to_host: bool = False
                 ) -> tuple[ExecPath, Outcome, str | None]:
     """Path, outcome and note of a device call that raised, the same in eager and compiled mode.
 
@@ -65,9 +65,11 @@ def failed_call(st: EngineState, op: OpName, unit_id: UnitId, exc: BaseException
     asked only then), the host's side succeeded and the device's failed (torch_xla's
     ``to_sparse`` copies a sparse host result back to a device without sparse tensors): fallback
     with outcome error. If the CPU refuses it too, the host's own refusal came through the
-    fallback: rejected. A fault keeps the fallback it showed, else the dispatcher's kernel."""
+    fallback: rejected. A clean refusal after copies to the host only (``read_to_host``: nothing
+    came back, no counter saw a fallback) is a kernel that read an argument to check it: rejected.
+    A fault keeps the fallback it showed, else the dispatcher's kernel."""
     fault = fault_from_exception(st, unit_id, exc, dtypes)
-    if fault is None and fell_back and host_computes():
+    if fault is None and fell_back and not read_to_host and host_computes():
         return ExecPath.fallback, Outcome.error, "ran on the host, then the device side failed (the CPU computes this sample)"
     if fault is None:
         return ExecPath.rejected, Outcome.ok, None

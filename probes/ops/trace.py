@@ -13,7 +13,12 @@ copies appear in the profiler's tree *nested inside the op*, as a ``copy_`` (or 
     # ['aten::add'], 3, 1536
 
 The probe stages inputs before the block and reads outputs after it, so its own copies never
-count. A host scalar read (``_local_scalar_dense``, ``item``) is not a compute fallback. A
+count. A host scalar read (``_local_scalar_dense``, ``item``) is not a compute fallback, nor are
+copies one way only: a kernel that reads indices, sizes or a mask to the host to check or plan,
+then computes on the device, copies nothing back, and one that uploads a table computed nothing
+on the host. A fallback is a round trip: to the host, then back to the device (a 0-dim result
+counts on the way back); a call whose result holds no device tensor (``equal``) needs no way
+back, which the caller decides (:meth:`Observed.one_way`). A
 ``TorchDispatchMode`` cannot do this: it sees only what enters the dispatcher from Python, never
 the calls a kernel makes. When the profiler cannot run, the state is ``unknown``.
 """
@@ -61,11 +66,20 @@ class Observed:
     host_ops: list[str] = field(default_factory=list)
     copies: int = 0
     bytes: int = 0
+    #: transfers by direction (a 0-dim host scalar staged onto the device counts in ``to_device``
+    #: only, never in ``copies``: alone it is argument passing, after a copy to the host a result)
+    to_host: int = 0
+    to_device: int = 0
     #: names of the ops at the top of the call (the op itself) and their direct children
     roots: list[_ProfilerEvent] = field(default_factory=list)
     #: every op name in the call tree, first occurrence order
     names: list[str] = field(default_factory=list)
     why: str | None = None  # why the state is unknown
+
+    def one_way(self) -> bool:
+        """Copies to the host and nothing back (or uploads only): a host read, no fallback
+        unless the call's result holds no device tensor."""
+        return self.copies > 0 and not (self.to_host and self.to_device)
 
 
 def _tensors(event: _ProfilerEvent) -> list[_TensorMetadata]:
@@ -92,21 +106,23 @@ def _is_host(meta: _TensorMetadata) -> bool:
     return str(meta.device).split(":")[0] == "cpu"
 
 
-def _transfer(event: _ProfilerEvent) -> int | None:
-    """Bytes moved when ``event`` copies between the host and a device, else None."""
+def _transfer(event: _ProfilerEvent) -> tuple[bool, int] | None:
+    """(to the host?, bytes moved) when ``event`` copies between the host and a device, else None;
+    bytes -1 for a 0-dim host scalar staged onto the device (``x + torch.tensor(2.)``: argument
+    passing, unless the call copied to the host first)."""
     name = event.name
     tensors = _tensors(event)
     if name in _TO_HOST and tensors:
-        return sum(_nbytes(t) for t in tensors)
+        return True, sum(_nbytes(t) for t in tensors)
     if name not in _COPIES or len(tensors) < 2:
         return None
     a, b = tensors[0], tensors[1]
     if _is_host(a) == _is_host(b):
         return None
     src = b if name == "aten::copy_" else a
-    size = _nbytes(src)
-    # a 0-dim host scalar staged onto the device (``x + torch.tensor(2.)``) is argument passing
-    return None if _is_host(src) and not list(src.sizes) else size
+    if _is_host(src):
+        return False, -1 if not list(src.sizes) else _nbytes(src)
+    return True, _nbytes(src)
 
 
 class CallTrace:
@@ -157,16 +173,20 @@ def observe_tree(roots: list[_ProfilerEvent]) -> Observed:
             continue
         moved = _transfer(event)
         if moved is not None:
-            seen.copies += 1
-            seen.bytes += moved
+            to_host, size = moved
+            seen.to_host += to_host
+            seen.to_device += not to_host
+            if size >= 0:
+                seen.copies += 1
+                seen.bytes += size
             continue
         tensors = _tensors(event)
         if tensors and name not in _PLUMBING and all(_is_host(t) for t in tensors):
             host[name] = None
         stack += list(event.children)
     if seen.copies:
-        seen.state = FallbackState.observed
         seen.host_ops = sorted(host)
+        seen.state = FallbackState.not_observed if seen.one_way() else FallbackState.observed
     return seen
 
 
