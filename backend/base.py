@@ -66,9 +66,12 @@ _NEEDS = (r"\b(?:requires?|expects?|expected|must be|must have|needs?|only accep
 REFUSALS: tuple[Refusal, ...] = (
     Refusal(r"could not run '", "an op with no kernel for the backend's dispatch key"),
     Refusal(r"not implemented for '", "a dtype an op has no kernel for (\"not implemented for 'Half'\")"),
-    Refusal(r"\bis not implemented\b", "an op or argument the backend does not implement"),
-    Refusal(r"\bnot supported\b", "a dtype, layout, rank or argument"),
-    Refusal(r"\bdoes not support\b", "a dtype, layout, rank or argument"),
+    Refusal(r"\b(?:is|are|has|have)?\s*(?:not|n't)\s+(?:yet\s+|currently\s+|been\s+)*implemented\b",
+            "an op or argument the backend does not implement (\"not yet implemented\")"),
+    Refusal(r"\bno implementation\b", "an op or argument the backend does not implement"),
+    Refusal(r"(?:\bnot|n't)\s+(?:yet\s+|currently\s+)?supported\b", "a dtype, layout, rank or argument"),
+    Refusal(r"\b(?:does|do)\s*(?:not|n't)\s+(?:yet\s+|currently\s+)?support\b", "a dtype, layout, rank or argument"),
+    Refusal(r"\b(?:cannot|can't|can not)\s+handle\b", "a dtype, layout, rank or argument"),
     Refusal(r"\bunsupported\b", "a dtype, layout, rank or argument"),
     Refusal(r"\bonly supports?\b", "the dtypes, layouts or ranks a kernel takes (\"only supports float\")"),
     Refusal(r"\bcannot hold\b", "a dtype device memory cannot store"),
@@ -76,7 +79,8 @@ REFUSALS: tuple[Refusal, ...] = (
     Refusal(r"\bnot available for\b", "an op or dtype the backend lacks"),
     # a kernel that states what it needs, in a vendor's words, of the memory layout or the rank
     # ("TA_E_LAYOUT: mul kernel requires contiguous input", "expects a 2-D input, got 3-D")
-    Refusal(_NEEDS + r"(?:an?\s+|only\s+)?(?:contiguous|channels[_ ]last|nhwc|nchw|dense|row[- ]major)\b",
+    Refusal(r"(?:" + _NEEDS + r"|\b(?:to be|should be)\s+|\bonly\s+)(?:an?\s+|only\s+)?"
+            r"(?:contiguous|channels[_ ]last|nhwc|nchw|dense|row[- ]major)\b",
             "the memory layout a kernel needs (\"requires contiguous input\")"),
     Refusal(_NEEDS + r"(?:an?\s+|only\s+|up to\s+|at most\s+)?(?:\d+\s*-?\s*d\b|\d+-dimensional|\d+\s+dim(?:ension)?s\b"
             r"|rank\s*(?:[<>]=?|==?)?\s*\d)", "the ranks a kernel takes (\"expects a 2-D input\")"),
@@ -87,6 +91,16 @@ NOT_REFUSALS: tuple[str, ...] = (
     # Python's own operator errors name Python objects, not what a backend supports
     r"not supported between instances of", r"unsupported operand type",
 )
+#: messages of a runtime that failed doing the work: naming the dtype of the kernel it was
+#: running ("stream synchronize failed while launching Float kernel") refuses nothing
+RUNTIME_FAILURES: tuple[str, ...] = (
+    r"\bsynchroni[sz]", r"\btimed? ?out\b", r"\bout of memory\b", r"\billegal (?:memory|address|instruction)",
+    r"\blaunch(?:ing)?\b.{0,60}\bfail", r"\bfail\w*\b.{0,60}\blaunch", r"\bsegmentation\b", r"\bcorrupt",
+    r"\bdevice (?:lost|removed|reset)\b",
+)
+#: exception types of a bug in Python code (the backend's or a binding's): a dtype they name is
+#: a value they mishandled, not one a kernel refuses
+PYTHON_BUGS: tuple[type[BaseException], ...] = (AssertionError, TypeError, LookupError, AttributeError, NameError)
 
 
 def refusal_of(exc: BaseException) -> str | None:
@@ -125,7 +139,7 @@ def dtype_named(exc: BaseException, dtype: str) -> str | None:
     if not dtype:
         return None
     text = str(exc)
-    if any(re.search(p, text.lower()) for p in NOT_REFUSALS):
+    if isinstance(exc, PYTHON_BUGS) or any(re.search(p, text.lower()) for p in (*NOT_REFUSALS, *RUNTIME_FAILURES)):
         return None
     # a whole word; C++ enumerators and runtime type tags prefix it: ``kDouble``, ``DT_DOUBLE``.
     # A word followed by ``[`` is a shape in XLA/HLO notation (``f32[5,5,0]``, ``xla_shape=f32[5]``):
@@ -273,7 +287,9 @@ class Adapter:
         """Narrowly decide whether ``exc`` is a clean rejection, an OOM, or an unexpected error."""
         import torch
 
-        if isinstance(exc, torch.OutOfMemoryError):
+        if isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or (
+                isinstance(exc, RuntimeError) and re.search(r"\bout of memory\b", str(exc), re.IGNORECASE)):
+            # torch's own OOM, Python's (a numpy-backed kernel), a runtime's in its own words
             return Rejection("oom", "device memory exhausted")
         names = refusal_of(exc)
         if names is not None:

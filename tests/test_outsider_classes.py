@@ -85,6 +85,10 @@ def test_a_folder_named_like_the_package_does_not_shadow_it_in_child_processes(t
     ("expected an int argument", "int32", None),
     ("TA_E_DTYPE(0x21): copysign kernel accepts Float, got Double", "int32", None),
     ("INTERNAL ASSERT FAILED: Double buffer corrupted", "float64", None),
+    # a runtime that failed doing the work names the dtype of the kernel it ran, refusing nothing
+    ("toy runtime: stream synchronize failed (error 507015) while launching Float kernel", "float32", None),
+    ("kernel launch timed out for Half tensor", "float16", None),
+    ("illegal memory access in Double reduction", "float64", None),
     ("internal error 0x1f", "float32", None),
     # torch_xla's lowering and broadcasting failures print shapes in XLA notation: not refusals
     ("Error while lowering: [] aten::svd, num_outputs=3, xla_shape=(f32[0,0]{1,0}, f32[0]{0}, "
@@ -103,6 +107,13 @@ def test_a_folder_named_like_the_package_does_not_shadow_it_in_child_processes(t
 ])
 def test_a_message_names_the_dtype_in_its_own_words(message: str, dtype: str, named: str | None) -> None:
     assert dtype_named(RuntimeError(message), dtype) == named
+
+
+def test_a_python_bug_naming_a_dtype_is_no_refusal() -> None:
+    """A Python backend's bug mishandles a dtype; it does not refuse it."""
+    for exc in (TypeError("Cannot interpret 'torch.float32' as a data type"), KeyError("torch.bfloat16"),
+                AttributeError("'torch.dtype' object has no attribute 'Float'"), AssertionError("Double")):
+        assert dtype_named(exc, "float32") is None and dtype_named(exc, "bfloat16") is None, exc
 
 
 @pytest.mark.slow

@@ -58,7 +58,14 @@ def test_the_refusal_table_names_what_is_unsupported() -> None:
                  "TA_E_LAYOUT(0x31): mul kernel requires contiguous input", "QX: input must be contiguous",
                  "conv kernel only accepts channels_last tensors", "npu_mm expects a 2-D input, got 3-D",
                  "TA_E_RANK: reduce kernel takes only 4 dims", "kernel requires rank <= 4 (got rank 5)",
-                 "matrix engine expects 2D operands", "vector unit needs 1-dimensional input"):
+                 "matrix engine expects 2D operands", "vector unit needs 1-dimensional input",
+                 # other common wordings, libtorch's among them
+                 "heaviside is not yet implemented for complex tensors", "ChannelsLast2d doesn't support size 5",
+                 "bf16 isn't supported by the vector unit", "sparse inputs aren't supported",
+                 "this op is not currently supported on the toy device", "has not been implemented for rank > 4",
+                 "No implementation for aten::foo on toyaccel", "the kernel cannot handle non-contiguous input",
+                 "expected input to be contiguous", "input should be contiguous",
+                 "only contiguous tensors are allowed"):
         assert refusal_of(RuntimeError(text)) is not None, text
     assert refusal_of(NotImplementedError("")) is not None
     for text in ("internal error 0x1f", "INTERNAL ASSERT FAILED: not supported", "'<' not supported between instances"
@@ -110,6 +117,18 @@ def test_a_sample_is_filed_under_its_own_dtype() -> None:
     s.dtype = "float32"
     (cell,) = cells_from_samples([s], "int16")
     assert cell.dtype.value == "float32"
+
+
+def test_out_of_memory_in_any_words_is_oom() -> None:
+    """torch's OutOfMemoryError, Python's MemoryError (a numpy-backed kernel) and a runtime's
+    "out of memory" RuntimeError are oom, whatever dtype the message names."""
+    from opmatrix.backend.base import Adapter
+
+    adapter = Adapter()
+    for exc in (torch.OutOfMemoryError("CUDA out of memory"),
+                MemoryError("Unable to allocate 512. TiB for an array with shape (2**47,) and data type float64"),
+                RuntimeError("toy allocator: out of memory. Tried to allocate 2.00 GiB")):
+        assert adapter.classify_exception(exc).outcome == "oom", exc
 
 
 def test_a_cells_error_is_that_of_a_sample_with_its_outcome() -> None:

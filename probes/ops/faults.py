@@ -45,7 +45,7 @@ def fault_from_exception(st: EngineState, unit_id: UnitId, exc: BaseException, d
     unusable is no clean rejection."""
     verdict = st.adapter.classify_exception(exc)
     named = [d for d in dtypes if dtype_named(exc, d)] if verdict.outcome == "error" else []
-    if named and not isinstance(exc, AssertionError):
+    if named:
         verdict = Rejection("rejected", f"the message names the dtype {named[0]}")
     problem = None if st.adapter.is_host else st.adapter.poisoned_after_fault()
     if problem is not None:
