@@ -167,19 +167,30 @@ def bringup_check(device: Any) -> str | None:
     """Allocate on ``device``, copy bytes host->device->host and compare them on the host.
 
     The opset every backend must have before any other (empty, copy to and from the device):
-    a clean rejection or a fault of any other op never makes this fail.
+    a clean rejection or a fault of any other op never makes this fail. The bytes go as uint8;
+    a device whose memory refuses uint8 gets the same bytes as float32 (else its health could
+    never be measured, and a device that breaks later never be called poisoned).
     """
+    problem = _round_trip(device, "uint8")
+    if problem is not None and _round_trip(device, "float32") is None:
+        return None
+    return problem
+
+
+def _round_trip(device: Any, dtype_name: str) -> str | None:
     import torch
 
+    dtype = getattr(torch, dtype_name)
     try:
-        host = torch.frombuffer(bytearray(_PATTERN), dtype=torch.uint8)
-        dev = torch.empty(len(_PATTERN), dtype=torch.uint8, device=device)
+        host = torch.frombuffer(bytearray(_PATTERN), dtype=dtype)
+        dev = torch.empty(host.numel(), dtype=dtype, device=device)
         dev.copy_(host)
-        back = torch.empty(len(_PATTERN), dtype=torch.uint8)
+        back = torch.empty(host.numel(), dtype=dtype)
         back.copy_(dev)
         got = bytes(back.numpy().tobytes())
     except Exception as exc:  # noqa: BLE001 - any failure here means the device is unusable
-        return f"bring-up check (allocate, copy to and from {device}) failed: {type(exc).__name__}: {str(exc)[:300]}"
+        return (f"bring-up check (allocate {dtype_name}, copy to and from {device}) failed: "
+                f"{type(exc).__name__}: {str(exc)[:300]}")
     if got != _PATTERN:
         bad = next(i for i, (a, b) in enumerate(zip(got, _PATTERN, strict=True)) if a != b) if len(got) == len(_PATTERN) else -1
         return f"bring-up check: bytes copied to {device} and back differ (first at offset {bad})"

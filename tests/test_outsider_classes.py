@@ -216,3 +216,17 @@ def test_devices_of_a_generic_privateuse1_backend_are_probed(tmp_path: Path) -> 
     records = [json.loads(line) for line in (out / "journal.jsonl").read_text().splitlines() if line.strip()]
     devices = {r.get("device") for r in records if r.get("kind") == "task"}
     assert devices and devices <= {"toyaccel:0", "toyaccel:1"}, devices
+
+
+@pytest.mark.slow
+def test_a_device_whose_memory_refuses_bytes_still_has_a_health_check() -> None:
+    """The bring-up check copies bytes as uint8; memory that refuses uint8 gets them as float32,
+    so the health baseline passes (before: it failed, and no later fault could ever be called
+    poisoned). Memory that refuses both fails it, naming the allocation."""
+    code = "from tests.toyaccel import ToyAdapter\na = ToyAdapter(); a.setup(); print(repr(a.health_check()))"
+    for refused, healthy in (("uint8", True), ("uint8,float32", False)):
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "TOYACCEL_FLAVOUR": "fallback", "TOYACCEL_MEMORY_REFUSES": refused}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
+        assert out.returncode == 0, out.stderr[-2000:]
+        line = out.stdout.strip().splitlines()[-1]
+        assert (line == "None") is healthy and (healthy or "allocate uint8" in line), (refused, line)
