@@ -143,3 +143,13 @@ def test_a_cells_error_is_that_of_a_sample_with_its_outcome() -> None:
         (cell,) = cells_from_samples(order, "float32")
         assert cell.result.outcome is Outcome.error
         assert cell.result.error is not None and cell.result.error.message == "Check failed: tensor_data:"
+
+
+def test_a_tensor_where_the_cpu_returns_a_value_is_a_difference() -> None:
+    """A device ``equal`` that returns a tensor where the CPU returns a bool: the outputs differ
+    (before, comparing them raised and the cell read ok with "opmatrix's comparison failed")."""
+    from opmatrix.probes.ops.numerics import compare
+
+    got = compare(torch.tensor([True, True]), True, 0.0, 0.0)
+    assert not got.ok and "is a tensor, expected bool" in got.detail, got
+    assert compare(torch.tensor(3), torch.tensor(3), 0.0, 0.0).ok
