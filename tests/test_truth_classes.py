@@ -214,3 +214,17 @@ def test_a_backward_that_crashes_every_worker_is_a_fault_and_says_nothing_else(t
     crashed = [e for e in cells if (e.get("autograd") or {}).get("outcome") == "crashed"]
     assert crashed, cells
     assert not any("without a fault" in (e.get("note") or "") for e in cells), cells
+
+
+def test_a_dtype_the_cpu_lacks_is_judged_in_a_wider_one(tmp_path: Path) -> None:
+    """toyaccel's abs computes uint16, which the host's kernels lack ("abs_cpu" not implemented
+    for 'UInt16'): the reference is computed in int32 and cast back, so a right kernel reads ok
+    with that said, and a kernel off by one reads wrong (before: ok unseen, "no reference")."""
+    proc, matrix = _probe(tmp_path / "right", "abs", "uint16")
+    right = _all(matrix, "aten.abs.default", "uint16")
+    assert right and {(e["path"], e["outcome"]) for e in right} == {("native", "ok")}, proc.stdout[-2000:]
+    assert all("referenced in int32" in e["note"] and e["numerics"]["reference"] == "cpu_upcast" for e in right)
+    proc, matrix = _probe(tmp_path / "wrong", "abs", "uint16", TOYACCEL_FAULT="wrong:abs")
+    wrong = _all(matrix, "aten.abs.default", "uint16")
+    assert wrong and {e["outcome"] for e in wrong} == {"wrong"}, proc.stdout[-2000:]
+    assert all(e["numerics"]["max_abs_err"] == 1.0 for e in wrong), wrong

@@ -161,15 +161,18 @@ def test_the_host_computes_a_unit_only_when_the_cpu_takes_its_layout() -> None:
     """Fallback then a rejection-looking error is fallback/error only when the CPU computes this
     very unit; a shared reference from another layout is not enough when the CPU refuses this one."""
     from opmatrix.probes.ops.eager import _host_computes
+    from opmatrix.probes.ops.judging import Reference
 
     def refuses() -> None:
         raise RuntimeError("unsupported operation: more than one element of the written-to tensor ...")
 
-    ref = object()
+    ref = Reference(object(), None)
     assert _host_computes(None, None) is False
     assert _host_computes(ref, None) is True  # the unit's own reference
     assert _host_computes(ref, lambda: ref) is True  # shared, and the CPU takes this layout too
     assert _host_computes(ref, refuses) is False
+    # computed only in a wider dtype (no CPU kernel at this one): the host does not compute it
+    assert _host_computes(Reference(object(), None, widened="float32"), None) is False
 
 
 def test_a_unit_that_compiles_gets_more_time_before_it_is_hung() -> None:

@@ -9,7 +9,8 @@ chosen by ``TOYACCEL_FLAVOUR`` before import (one PrivateUse1 backend per proces
   int8/int16/uint8 or rank >= 3 on the host (copies to the host, computes, copies back);
 - ``mm`` is registered; bfloat16 runs on the host the same way; float16 copies to the host
   and then raises an internal error;
-- ``mul.Tensor``, ``neg``, ``abs.out`` ... are native; so is ``index_select``, which reads its
+- ``mul.Tensor``, ``neg``, ``abs.out`` ... are native (``abs`` and ``neg`` also for uint16 and
+  uint32, which the host's kernels lack); so is ``index_select``, which reads its
   index to the host to check bounds (a copy one way) and gathers in device memory (a negative
   ``dim`` it refuses after that read); every op
   without a kernel (``sort``, the backward of ``sigmoid``, ``equal``...) is served by a boxed CPU
@@ -21,8 +22,8 @@ other op is a clean "could not run" rejection.
 
 ``TOYACCEL_FAULT=crash:mul`` (or ``abort``, ``hang``) makes the ``mul`` kernel fault;
 ``hostile:mul`` (``hostile-error:mul``) makes it reject (fail) with :data:`HOSTILE_MESSAGE`;
-``unreadable:mul`` raises an error whose ``str()`` raises; ``wrong:mul`` returns every other
-value off by one (silently wrong); ``needs:mul`` refuses non-contiguous inputs and inputs of
+``unreadable:mul`` raises an error whose ``str()`` raises; ``wrong:mul`` (or ``wrong:abs``)
+returns every other value off by one (silently wrong); ``needs:mul`` refuses non-contiguous inputs and inputs of
 rank 3 or more in a vendor's words ("TA_E_LAYOUT(0x31): mul kernel requires contiguous input"); ``worn:mul`` segfaults once this
 process has called the kernel ``TOYACCEL_WORN_AFTER`` times (default 20): a fault from what the
 worker accumulated (torch_xla's JIT running out of code memory), not from the input.
@@ -242,9 +243,19 @@ def _binary_out(name: str, fn: Any) -> Any:
     return kernel
 
 
-def _unary_out(fn: Any) -> Any:
+#: unsigned dtypes the device computes and the host's kernels lack (abs, neg of uint16...)
+_UNSIGNED = (torch.uint16, torch.uint32)
+
+
+def _unary_out(fn: Any, name: str = "") -> Any:
     def kernel(self: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
-        res = fn(_view(self))
+        src = _view(self)
+        wide = src.dtype in _UNSIGNED  # computed in int64, written back in the input's dtype
+        res = fn(src.to(torch.int64) if wide else src)
+        if os.environ.get("TOYACCEL_FAULT") == f"wrong:{name}" and res.numel():
+            res = res.clone()  # a silently wrong kernel: every other value off by one
+            res.view(-1)[::2] += 1
+        res = res.to(src.dtype) if wide else res
         if out.shape != res.shape:
             out.resize_(res.shape)
         _view(out).copy_(res)
@@ -335,7 +346,7 @@ _BASICS = {
 }
 _VIEWS = ("as_strided", "view", "_reshape_alias", "unfold")
 _OUT = {"add.out": _binary_out("add", torch.add), "mul.out": _binary_out("mul", torch.mul),
-        "sub.out": _binary_out("sub", torch.sub), "neg.out": _unary_out(torch.neg), "abs.out": _unary_out(torch.abs)}
+        "sub.out": _binary_out("sub", torch.sub), "neg.out": _unary_out(torch.neg, "neg"), "abs.out": _unary_out(torch.abs, "abs")}
 
 
 def _meta_view(op: Any) -> Any:

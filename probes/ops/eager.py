@@ -112,7 +112,7 @@ def _host_computes(ref: Reference | None, own: Callable[[], Reference] | None) -
     """Whether the CPU computes this very unit: ``ref`` may be the sample's reference from another
     layout (``own`` then computes this layout's), and a layout can be what the CPU refuses (an
     in-place write into an expanded tensor)."""
-    if ref is None:
+    if ref is None or ref.widened:  # the CPU computes it only in a wider dtype
         return False
     if own is None:
         return True
@@ -195,6 +195,9 @@ def probe_eager(st: EngineState, entry: OpEntry, unit: Unit, dtype: torch.dtype,
     if ref is None:  # the CPU rejects this input: the device's behaviour is the evidence
         result.note = "; ".join(filter(None, [result.note, f"no reference: {no_ref}; the device returned a value"]))
         return result
+    if ref.widened:
+        result.note = "; ".join(filter(None, [result.note, f"the CPU has no {dname} kernel for this sample: "
+                                              f"referenced in {ref.widened}, cast back"]))
     _judged(st, fn, unit, dtype, opts, ref, dc.out, result, own)
     if asks_device(unit):
         _on_the_device(st, dc, result)

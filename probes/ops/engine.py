@@ -33,7 +33,7 @@ from .checkpoint import UnitDone, dump_batch, load_batch
 from .compiled import probe_compile
 from .eager import probe_eager, refusal_text
 from .faults import SkipPlan, fault_result
-from .judging import Reference, reference
+from .judging import Reference, reference, widened_reference
 from .source import OpEntry, generate_samples, values_undefined
 from .state import EngineState, InlineContext, ProbeOptions, engine_state
 from .units import Unit, dtype_of, holds_dtype, unit_id, units, values_key
@@ -146,12 +146,19 @@ class _TaskRun:
             except Exception as exc:  # noqa: BLE001 - the CPU rejects this input: the device still runs
                 if self._layout_invalid(unit, uid, exc):
                     return
-                ref, no_ref = None, f"the CPU reference rejects this input ({refusal_text(exc)})"
-                self.invalid += 1
+                # no CPU kernel at this dtype: computed in a wider one, the device is still judged
+                # (on the host itself the device is the CPU: its refusal is the verdict)
+                ref = None if self.st.adapter.is_host else widened_reference(
+                    self.entry.info.op, unit.cpu_values, self.dtype, unit.post)
+                if ref is None:
+                    no_ref = f"the CPU reference rejects this input ({refusal_text(exc)})"
+                    self.invalid += 1
+                else:
+                    self.references[key] = ref
         self.progress(str(uid))
         before = len(self.results)
         eager = self._eager(unit, ref, no_ref, own)
-        if eager.error is not None and own is not None:
+        if eager.error is not None and own is not None and ref is not None and not ref.widened:
             try:
                 own()
             except Exception as exc:  # noqa: BLE001 - the CPU refuses this layout of the sample too
@@ -173,7 +180,8 @@ class _TaskRun:
         """A layout variant the CPU refuses although it takes the sample contiguous changes what
         the op addresses (``as_strided`` reads the storage, which a layout rebuilds): not a variant
         of this sample, so not a cell; listed as not run with the CPU's refusal."""
-        if unit.layout is Layout.contiguous or (unit.index, False) not in self.references:
+        taken = self.references.get((unit.index, False))
+        if unit.layout is Layout.contiguous or taken is None or taken.widened:  # widened: not taken at this dtype
             return False
         self.plan.not_run[str(uid)] = (f"not run: the CPU refuses this sample in the {unit.layout.value} layout although it "
                                   f"takes it contiguous (the layout changes what the op computes): {refusal_text(exc)}")

@@ -29,7 +29,7 @@ from .numerics import (
 )
 from .state import EngineState
 from .units import Unit
-from .values import call, identity, to_cpu, upcast
+from .values import call, identity, map_tensors, to_cpu, upcast
 
 __all__ = ["Reference", "check_values", "judge", "post", "reference"]
 
@@ -40,6 +40,9 @@ class Reference:
 
     same: object
     upcast: object | None
+    #: the dtype the CPU computed in when it has no kernel at the probed one (its outputs in that
+    #: dtype were cast back to the probed one); None: the CPU computed at the probed dtype
+    widened: str | None = None
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,28 @@ def reference(fn: Callable[..., object], cpu_values: Values, dtype: torch.dtype,
     return Reference(same, higher)
 
 
+#: the dtype an integer dtype is computed in when the CPU has no kernel for it (an output in that
+#: dtype is cast back; int64, which index outputs have, is never one)
+_WIDER_INT = {torch.uint16: torch.int32, torch.int16: torch.int32, torch.int8: torch.int32, torch.uint8: torch.int32}
+
+
+def widened_reference(fn: Callable[..., object], cpu_values: Values, dtype: torch.dtype,
+                      post: Callable[..., object] = identity) -> Reference | None:
+    """The CPU's outputs computed in a wider dtype and cast back, for a dtype it has no kernel for
+    (float16/bfloat16 in float32, small integers in int32): a device that computes such a sample
+    is judged, not called ok unseen. None when there is no wider dtype or the CPU refuses that too."""
+    wide = upcast_dtype(dtype) or _WIDER_INT.get(dtype)
+    if wide is None:
+        return None
+    try:
+        out = to_cpu(call(fn, upcast(cpu_values, dtype, wide)))
+        same = post(map_tensors(out, lambda t: t.to(dtype) if t.dtype == wide else t))
+        higher = post(out) if upcast_dtype(dtype) is not None else None
+    except Exception:  # noqa: BLE001 - the CPU refuses it in the wider dtype too: no reference
+        return None
+    return Reference(same, higher, widened=str(wide).removeprefix("torch."))
+
+
 def post(unit: Unit, out: object) -> tuple[object, str | None]:
     """The device's outputs as OpInfo compares them: through the sample's output_process_fn_grad.
 
@@ -94,7 +119,7 @@ def post(unit: Unit, out: object) -> tuple[object, str | None]:
 
 def judge(ref: Reference, out: object, op: str, dtype: torch.dtype, comparable: bool) -> Judgement:
     rtol, atol = tolerance_for(op, dtype)
-    kind = ReferenceKind.cpu_same_dtype
+    kind = ReferenceKind.cpu_upcast if ref.widened else ReferenceKind.cpu_same_dtype
     wrong_dtype = dtype_mismatch(out, ref.same)
     if wrong_dtype is not None:  # the upcast reference compares values only, never dtypes
         return Judgement(False, Comparison(False, detail=wrong_dtype), rtol, atol, kind)
