@@ -152,7 +152,7 @@ def judge_cell(index: CellIndex, key: CellKey, judge: Judge, conditions: dict[st
         what = f" with conditions {conditions}" if conditions and index.groups(key) else ""
         return CellRef(
             op=key.op, dtype=key.dtype, rank=key.rank, layout=key.layout, mode=key.mode,
-            status=CellStatus.failed, reason=f"not probed{what}",
+            status=CellStatus.failed, reason=f"not probed{what}", missing=True,
         )
     for group in reversed(groups):  # worst first
         reason = judge.failure(key, group)
@@ -162,7 +162,7 @@ def judge_cell(index: CellIndex, key: CellKey, judge: Judge, conditions: dict[st
 
 
 def _not_probed(op: str, dtype: DType | None, layout: Layout | None, mode: Mode, why: str) -> CellRef:
-    return CellRef(op=op, dtype=dtype, layout=layout, mode=mode, status=CellStatus.failed, reason=why)
+    return CellRef(op=op, dtype=dtype, layout=layout, mode=mode, status=CellStatus.failed, reason=why, missing=True)
 
 
 def required_cells(req: OperatorRequirement, index: CellIndex) -> tuple[list[CellKey], list[CellRef]]:
@@ -319,7 +319,7 @@ def evaluate_check(
         else:
             why = "did not run (absent from the matrix's runtime section)" if result is None else f"unknown: {evidence}"
             unknown.append(f"{check_name} {why}".rstrip(": "))
-            cells.append(book.apply(CellRef(op=op, status=CellStatus.failed, reason=why.rstrip(": "))))
+            cells.append(book.apply(CellRef(op=op, status=CellStatus.failed, reason=why.rstrip(": "), missing=True)))
     status = _status_of(cells)
     failed = [c for c in cells if c.status is CellStatus.failed]
     if failed and len(unknown) == len(failed):

@@ -46,8 +46,10 @@ class WaiverBook:
 
     def apply(self, cell: CellRef) -> CellRef:
         """A failing cell, waived by the first active waiver that matches it, or annotated when only
-        expired waivers match. Cells that did not fail are returned unchanged."""
-        if cell.status is not CellStatus.failed:
+        expired waivers match. Cells that did not fail are returned unchanged, and so are cells
+        with no evidence (never probed, a check that did not run): a waiver accepts a known
+        failure, it cannot stand in for a measurement."""
+        if cell.status is not CellStatus.failed or cell.missing:
             return cell
         expired: list[int] = []
         for index, waiver in enumerate(self.waivers):

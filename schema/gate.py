@@ -77,6 +77,8 @@ class CellRef(Model):
     status: CellStatus = CellStatus.passed
     reason: str = ""
     waiver: int | None = Field(default=None, description="index of the waiver in the contract's list")
+    missing: bool = Field(default=False, description="no evidence for it (a required cell never probed, a check that "
+                                                     "did not run or whose result is unknown): never waived")
 
     @property
     def probed(self) -> bool:

@@ -71,3 +71,26 @@ def test_runtime_check_waived_by_check_name() -> None:
     result = evaluate_contract(m, c, today=TODAY)
     assert result.verdict is Verdict.passed
     assert next(r for r in result.requirements if r.id == "L1.check.serialization").status is Status.waived
+
+
+def test_a_waiver_never_stands_in_for_missing_evidence() -> None:
+    """A waiver matching everything waives a known failure, never a cell with no evidence: an op
+    pattern that selects nothing, a required dtype never probed, a check that did not run stay
+    unwaived and block; the waiver that matched nothing else is stale."""
+    wildcard = waiver("*")
+    for req, m in (
+        ([op_req(["aten.nonexistent_op.*"], ("float32",), name="none")], matrix(BF16_REJECTED)),
+        ([op_req(["aten.mm.default"], ("float64",), name="f64")], matrix(BF16_REJECTED)),
+    ):
+        result = evaluate_contract(m, contract(req, waivers=[wildcard]), today=TODAY)
+        assert result.verdict is Verdict.blocked, result.blocking
+        cells = [c for r in result.requirements for c in r.cells if c.missing]
+        assert cells and all(c.status is CellStatus.failed and c.waiver is None for c in cells)
+        assert result.waivers[0].state is WaiverState.stale
+    absent = contract([op_req(["aten.mm.default"], ("float32",))], waivers=[wildcard])
+    absent = absent.model_copy(update={"requirements": [
+        r.model_copy(update={"checks": ["serialization"]}) if r.level == 1 else r for r in absent.requirements]})
+    result = evaluate_contract(matrix(BF16_REJECTED, runtime_checks=checks(missing=["serialization"])), absent,
+                               today=TODAY)
+    assert result.verdict is Verdict.blocked
+    assert not [r for r in result.requirements if r.status is Status.waived], [(r.id, r.status) for r in result.requirements]
