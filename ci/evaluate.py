@@ -21,7 +21,8 @@ The contract promises a support level; every level up to it must be proven by th
 - a promised level without any requirement is ``unknown`` too (a promise needs its evidence), and
   so is a requirement that selects nothing to judge (no cell, run, case, record or check);
 - without a matrix only the levels with performance or compatibility requirements are judged
-  (a ``scope`` check says which were not);
+  (a ``scope`` check says which were not), and a promised level 0-5 is ``unknown`` unless the
+  contract names the levels it judges (``judged_levels``: an add-on to the main contract);
 - requirements above the promised level are evaluated but informational;
 - gate-level checks: every piece of evidence is of the contract's subject (:mod:`.evidence`), the
   matrix holds probed cells and not more
@@ -262,6 +263,17 @@ def _requirement_results(contract: Contract, ev: _Evidence) -> list[RequirementR
                     "nothing proves the promise",
                 )
             )
+    if ev.matrix is None and contract.judged_levels is None:
+        # a promise of levels 0-5 rests on a probed matrix: without one they are unproven, unless
+        # the contract is an add-on that names the levels it judges (``judged_levels: [6]``)
+        judged = set(_judged(contract, False))
+        for level in range(contract.level + 1):
+            if level not in judged:
+                requirements.append(_unknown(
+                    f"L{level}.level", level, "level", f"level {level}: {LEVEL_NAMES[level]}", True,
+                    f"level {level} is promised and judged from a probed matrix, which was not given (--matrix); "
+                    "a contract for performance records or a compat report alone names its levels in judged_levels",
+                ))
     if not any(r.blocking for r in requirements):  # e.g. judged_levels naming only levels above the promise
         requirements.append(_unknown(
             "scope", contract.level, "level", "the promised levels", True,

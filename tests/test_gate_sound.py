@@ -146,6 +146,24 @@ def test_records_of_another_generation_are_refused_naming_both(tmp_path: Path) -
     assert TRACEBACK not in out.stderr
 
 
+def test_records_alone_never_prove_the_levels_a_matrix_proves(tmp_path: Path) -> None:
+    """A level-6 contract judged on performance records alone: the promise includes levels 0-5,
+    which only a probed matrix proves, so they are unknown and the gate blocks (giving less
+    evidence used to give a better verdict). The shipped perf contract is an add-on that names
+    the level it judges (judged_levels: [6]) and passes on the same records."""
+    now = _records_dir(tmp_path, "now", generation="g2")
+    before = _records_dir(tmp_path, "before", generation="g2")
+    whole = yaml.safe_load((CONTRACTS / "refaccel-perf.yaml").read_text())
+    whole.pop("judged_levels")
+    (tmp_path / "whole.yaml").write_text(yaml.safe_dump(whole))
+    out = run_cli("gate", "--contract", str(tmp_path / "whole.yaml"), "--records", now, "--baseline-records", before)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "level 0 is promised and judged from a probed matrix, which was not given (--matrix)" in out.stdout
+    out = run_cli("gate", "--contract", str(CONTRACTS / "refaccel-perf.yaml"), "--records", now,
+                  "--baseline-records", before)
+    assert out.returncode == 0 and "PASS" in out.stdout, out.stdout + out.stderr
+
+
 def test_a_baseline_with_an_injected_slowdown_or_of_another_device_is_refused(tmp_path: Path) -> None:
     now = _records_dir(tmp_path, "now", generation="g2")
     slowed = _records_dir(tmp_path, "slowed", generation="g2", injected_slowdown="1.3")
