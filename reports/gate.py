@@ -200,4 +200,12 @@ def load_gate(path: str | os.PathLike[str], matrix: Matrix | None = None) -> Gat
         raise ArtifactError([f"{path}:{exc.lineno}: not JSON: {exc.msg}"]) from None
     if matrix is not None:
         check_gate_pair(data, matrix, path)
-    return gate_view(data)
+    view = gate_view(data)
+    typed = _typed(data) if isinstance(data, Mapping) else None
+    wrong = typed.contradictions() if typed is not None else None
+    if wrong is None and typed is None and isinstance(data, Mapping) and view.passed and data.get("blocking"):
+        wrong = "the verdict is pass, yet it lists blocking reasons"
+    if wrong is not None:
+        raise ArtifactError([f"{path}: the gate result contradicts itself: {wrong}; it was edited or cut: run "
+                             "`opmatrix gate ... --json` again"])
+    return view

@@ -203,3 +203,15 @@ class GateResult(Model):
     def passed(self) -> bool:
         """Whether the release may ship."""
         return self.verdict is Verdict.passed
+
+    def contradictions(self) -> str | None:
+        """How the verdict disagrees with the reasons it lists (an edited result), or None. The
+        gate blocks exactly when it lists blocking reasons, and a pass has no requirement or
+        gate check that blocks."""
+        blocks = [r.id for r in self.requirements if r.blocks] + [f"gate {c.name}" for c in self.checks if c.blocks]
+        if self.passed and (self.blocking or blocks):
+            return (f"the verdict is pass, yet it lists {len(self.blocking)} blocking reason(s)"
+                    + (f" and blocking results ({', '.join(blocks[:5])})" if blocks else ""))
+        if not self.passed and not self.blocking:
+            return "the verdict is blocked, yet it lists no blocking reason"
+        return None

@@ -94,3 +94,28 @@ def test_a_waiver_never_stands_in_for_missing_evidence() -> None:
                                today=TODAY)
     assert result.verdict is Verdict.blocked
     assert not [r for r in result.requirements if r.status is Status.waived], [(r.id, r.status) for r in result.requirements]
+
+
+def test_a_gate_result_whose_verdict_was_edited_is_refused(tmp_path) -> None:  # noqa: ANN001 - pytest's tmp_path
+    """A blocked result with its verdict changed to pass (or a pass with its reasons cut): the
+    report refuses it (exit 2) instead of showing "Ship" beside the blocking reasons."""
+    import json
+
+    import pytest
+
+    from opmatrix.reports.gate import load_gate
+    from opmatrix.schema import ArtifactError
+
+    result = evaluate_contract(matrix(BF16_REJECTED), contract(MM), today=TODAY)
+    assert result.verdict is Verdict.blocked and result.contradictions() is None
+    forged = json.loads(result.model_dump_json())
+    forged["verdict"] = "pass"
+    (tmp_path / "forged.json").write_text(json.dumps(forged))
+    with pytest.raises(ArtifactError, match="contradicts itself: the verdict is pass, yet it lists 1 blocking"):
+        load_gate(tmp_path / "forged.json")
+    forged["blocking"] = []
+    (tmp_path / "cut.json").write_text(json.dumps(forged))
+    with pytest.raises(ArtifactError, match=r"blocking results \(L2.ops.mm\)"):
+        load_gate(tmp_path / "cut.json")
+    (tmp_path / "real.json").write_text(result.model_dump_json())
+    assert load_gate(tmp_path / "real.json").passed is False
