@@ -5,7 +5,7 @@
     d = diff_matrices(load_matrix("g1/matrix.yaml"), load_matrix("g2/matrix.yaml"))
     d.worse            # tuple of CellChange, one per cell whose result got worse
     print(d.render_table())
-    json.dumps(d.to_dict())
+    dumps_json(d.to_dict())
 
 A cell is (op, dtype, rank, layout, mode). When both matrices split it into the same argument
 condition groups (``dim: last`` ...), the groups are compared one by one; otherwise the worst group
@@ -22,13 +22,13 @@ of that operator, dtype and mode: B's run did not look, which says nothing about
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from opmatrix.schema import DType, Entry, ExecPath, Layout, Matrix, Outcome, describe
+from opmatrix.schema.yamlload import dumps_json
 
 from .compress import cover
 
@@ -161,7 +161,7 @@ class MatrixDiff:
 
     def to_json(self) -> str:
         """``to_dict()`` as indented JSON text."""
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+        return dumps_json(self.to_dict(), indent=2, sort_keys=True)
 
     def render_table(self) -> str:
         """A readable fixed-width table, one row per compact group, with counts first."""

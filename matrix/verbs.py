@@ -12,7 +12,6 @@ raises :class:`opmatrix.cli.UsageError` or :class:`~opmatrix.schema.ArtifactErro
 
 from __future__ import annotations
 
-import json
 import platform
 import sys
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from opmatrix.schema import (
     model_to_data,
 )
 from opmatrix.schema.text import terminal_text
+from opmatrix.schema.yamlload import dumps_json
 
 from .contract_line import contract_line
 from .diff import diff_matrices
@@ -128,7 +128,7 @@ def query(args: QueryOptions) -> int:
     answer = m.query(op, dtype, args.rank, layout or "contiguous", args.mode, args=values or None)
     cell = {"op": op, "dtype": dtype, "rank": args.rank, "layout": layout or "contiguous", "mode": args.mode}
     if args.json:
-        print(json.dumps({**cell, "args": values, **answer.to_dict()}, sort_keys=True))
+        print(dumps_json({**cell, "args": values, **answer.to_dict()}, sort_keys=True))
     else:
         where = " ".join(str(v) for v in cell.values())
         given = f" with {', '.join(f'{k}={v}' for k, v in values.items())}" if values else ""
@@ -147,7 +147,7 @@ def _print_entries(m: MatrixIndex, op: str, dtype: str | None, rank: int | None,
     ]
     line = contract_line(m.operators.get(op, []))
     if as_json:
-        print(json.dumps({"op": op, "mode": mode, "contract": line,
+        print(dumps_json({"op": op, "mode": mode, "contract": line,
                           "entries": [model_to_data(e) for e in entries]}, sort_keys=True))
         return 0
     print(f"{op} contract (generated from the matrix): {line}")
@@ -183,7 +183,7 @@ def diff(args: DiffOptions) -> int:
             data["workloads"] = changes
         if dist:
             data["distributed"] = [c.to_dict() for c in dist]
-        sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        sys.stdout.write(dumps_json(data, indent=2, sort_keys=True) + "\n")
     else:
         text = result.render_table() + render_workload_diff(changes)
         text += render_distributed(dist) if a.distributed or b.distributed else ""

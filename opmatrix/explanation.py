@@ -15,10 +15,10 @@ host fallback. Python API::
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from opmatrix.schema import WorkloadStep
+from opmatrix.schema.yamlload import dumps_json
 
 if TYPE_CHECKING:
     from opmatrix.matrix.placement import Placement
@@ -111,5 +111,5 @@ def placement(options: ExplainOptions) -> Placement:
 def command(options: ExplainOptions) -> int:
     """Run ``opmatrix explain``: print the placement (or ``--json``); exit 2 for bad input."""
     report = placement(options)
-    print(json.dumps(report.to_json(), indent=1) if options.json else report.text())
+    print(dumps_json(report.to_json(), indent=1) if options.json else report.text())
     return 0

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from .base import Message, Model
 from .enums import DType, Layout, Mode, Outcome
-from .matrix import CellResult, ErrorInfo, Evidence, Runtime, RuntimeCheck
+from .matrix import CellResult, ErrorInfo, Evidence, Runtime, RuntimeCheck, operator_name
 
 __all__ = ["CellRecord", "DeviceCells", "TaskRecord", "RuntimeRecord", "JournalHeader", "RunIdentity"]
 
@@ -30,6 +30,11 @@ class CellRecord(Model):
     layout: Layout
     mode: Mode = Mode.eager
     result: CellResult
+
+    @field_validator("op")
+    @classmethod
+    def _op_name(cls, name: str) -> str:
+        return operator_name(name)
 
 
 class DeviceCells(Model):

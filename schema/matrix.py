@@ -20,6 +20,7 @@ probed (a query for it answers ``unknown``). Which devices produced a cell: :mod
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Literal
 
@@ -217,6 +218,13 @@ class Autograd(Model):
     max_abs_err: float | None = Field(default=None, ge=0)
 
 
+def operator_name(name: str) -> str:
+    """``name`` if it can be an operator's name in a matrix (printable, no spaces, not empty)."""
+    if not name or any(ch.isspace() or not ch.isprintable() for ch in name) or len(name) > 200:
+        raise ValueError(f"operator name {name!r} is not an ATen overload name like aten.add.Tensor")
+    return name
+
+
 class CellResult(Model):
     """The result of one cell: everything an entry says besides which cells it covers."""
 
@@ -233,14 +241,27 @@ class CellResult(Model):
     fallback: FallbackEvidence = Field(default_factory=FallbackEvidence)
     samples: Samples
 
-    @field_validator("components")
-    @classmethod
-    def _component_names(cls, ops: list[str]) -> list[str]:
-        return [printable(op, "component op") for op in ops]
     error: ErrorInfo | None = None
     note: Message | None = None
     devices: list[DeviceName] = Field(default_factory=list, description="the devices that produced these cells")
     device_dependent: list[DeviceOutcome] = Field(default_factory=list, description=DEVICE_DEPENDENT)
+
+    @field_validator("components")
+    @classmethod
+    def _component_names(cls, ops: list[str]) -> list[str]:
+        return [printable(op, "component op") for op in ops]
+
+    @model_validator(mode="after")
+    def _ok_within_tolerance(self) -> CellResult:
+        """An infinite error is a difference (a device that returns inf where the CPU does not):
+        never an ``ok`` result's."""
+        err = self.numerics.max_abs_err if self.numerics is not None else None
+        if self.outcome is Outcome.ok and err is not None and math.isinf(err):
+            raise ValueError("numerics.max_abs_err is infinite, yet the outcome is ok")
+        grad = self.autograd
+        if grad is not None and grad.outcome is Outcome.ok and grad.max_abs_err is not None and math.isinf(grad.max_abs_err):
+            raise ValueError("autograd.max_abs_err is infinite, yet the backward's outcome is ok")
+        return self
 
 
 class EntryPart(Model):
@@ -347,8 +368,7 @@ class Matrix(Model):
     @classmethod
     def _op_names(cls, ops: dict[str, list[Entry]]) -> dict[str, list[Entry]]:
         for name in ops:
-            if not name or any(ch.isspace() or not ch.isprintable() for ch in name) or len(name) > 200:
-                raise ValueError(f"operator name {name!r} is not an ATen overload name like aten.add.Tensor")
+            operator_name(name)
         return ops
 
     @model_validator(mode="after")

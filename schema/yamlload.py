@@ -18,6 +18,7 @@ of :func:`loads_yaml`'s strict loader::
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 from typing import Any
@@ -35,7 +36,7 @@ from yaml.events import (
 )
 from yaml.nodes import ScalarNode
 
-__all__ = ["HAVE_LIBYAML", "MAX_DEPTH", "ArtifactError", "loads_json", "loads_yaml"]
+__all__ = ["HAVE_LIBYAML", "MAX_DEPTH", "ArtifactError", "dumps_json", "loads_json", "loads_yaml"]
 
 #: deepest nesting of mappings and lists an artifact may have (a matrix needs about 8): a deeper
 #: document is hostile or broken, refused before it can exhaust the parser's stack
@@ -320,3 +321,20 @@ def loads_json(text: str | bytes, where: str) -> Any:
     except RecursionError:
         raise ArtifactError([f"{where}: JSON nested too deeply to read (more than about "
                              f"{sys.getrecursionlimit()} levels): not an opmatrix artifact"]) from None
+
+
+def dumps_json(data: Any, **kwargs: Any) -> str:
+    """``json.dumps`` that writes valid JSON: a non-finite float (a wrong cell's infinite error)
+    becomes the string ``"inf"``, ``"-inf"`` or ``"nan"``, where ``json.dumps`` would write
+    ``Infinity``, which no JSON parser but Python's reads."""
+    return json.dumps(_finite(data), allow_nan=False, **kwargs)
+
+
+def _finite(data: Any) -> Any:
+    if isinstance(data, float) and not math.isfinite(data):
+        return "nan" if data != data else ("inf" if data > 0 else "-inf")
+    if isinstance(data, dict):
+        return {k: _finite(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_finite(v) for v in data]
+    return data

@@ -234,3 +234,32 @@ def test_written_artifacts_are_readable_by_others(tmp_path: Path):
     target = tmp_path / "m.yaml"
     write_text_atomic(target, "x: 1\n")
     assert target.stat().st_mode & 0o044 == 0o044
+
+
+def test_an_ok_result_with_an_infinite_error_is_invalid_and_json_stays_json() -> None:
+    """An infinite error is a difference, never an ok result's (a journal line claiming both is
+    refused); a wrong result may carry it, and the JSON outputs write it as "inf", valid JSON."""
+    import json
+
+    from opmatrix.schema import CellResult
+    from opmatrix.schema.yamlload import dumps_json
+
+    base = {"path": "native", "samples": {"probed": 1, "passed": 0},
+            "numerics": {"atol": 1e-5, "rtol": 1e-5, "max_abs_err": float("inf")}}
+    with pytest.raises(ValueError, match="infinite, yet the outcome is ok"):
+        CellResult.model_validate({**base, "outcome": "ok"})
+    wrong = CellResult.model_validate({**base, "outcome": "wrong"})
+    text = dumps_json(wrong.model_dump(mode="json"))
+    assert json.loads(text, parse_constant=lambda c: pytest.fail(f"not JSON: {c}"))["numerics"]["max_abs_err"] == "inf"
+
+
+def test_a_journal_cell_with_a_hostile_operator_name_is_refused() -> None:
+    """A terminal escape in a journal cell's op is refused when the record is read (merge then
+    names the file and line, exit 2), not deep in building the matrix (a traceback, exit 1)."""
+    from opmatrix.schema.journal import CellRecord
+
+    cell = {"dtype": "float32", "rank": 0, "layout": "contiguous",
+            "result": {"path": "native", "outcome": "ok", "samples": {"probed": 1, "passed": 1}}}
+    assert CellRecord.model_validate({**cell, "op": "aten.add.Tensor"}).op == "aten.add.Tensor"
+    with pytest.raises(ValueError, match="is not an ATen overload name"):
+        CellRecord.model_validate({**cell, "op": "aten.add.Tensor\x1b[2J"})
