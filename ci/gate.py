@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from opmatrix.schema import ArtifactError, Matrix, load_contract, load_matrix
-from opmatrix.schema.files import refuse_inputs_as_outputs, write_output
+from opmatrix.schema.files import refuse_inputs_as_outputs, refuse_unwritable, write_output
 from opmatrix.schema.gate import GateCheck, Status
 from opmatrix.schema.text import terminal_text
 
@@ -55,6 +55,7 @@ def _refuse_clobbering(args: GateOptions) -> None:
               *_record_files(args.records), *_record_files(args.baseline_records)]
     outputs = [("--junit", args.junit), ("--summary", args.summary_file), ("--json", args.json)]
     refuse_inputs_as_outputs(outputs, inputs)
+    refuse_unwritable(outputs)
 
 
 def _sealed(path: str, matrix: Matrix, allow_unsealed: bool) -> GateCheck:

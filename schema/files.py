@@ -28,7 +28,8 @@ from pathlib import Path
 
 from .yamlload import ArtifactError
 
-__all__ = ["cache_dir", "is_stream", "refuse_inputs_as_outputs", "write_bytes_atomic", "write_output", "write_text_atomic"]
+__all__ = ["cache_dir", "is_stream", "refuse_inputs_as_outputs", "refuse_unwritable", "write_bytes_atomic", "write_output",
+           "write_text_atomic"]
 
 #: the output path that means standard output
 STDOUT = "-"
@@ -80,6 +81,31 @@ def refuse_inputs_as_outputs(outputs: Iterable[tuple[str, str | os.PathLike[str]
         written[real] = f"{option} {os.fspath(path)!r}"
     if problems:
         raise ArtifactError(problems)
+
+
+def refuse_unwritable(outputs: Iterable[tuple[str, str | os.PathLike[str] | None]]) -> None:
+    """:class:`ArtifactError` naming each output file that cannot be written (a folder, a missing
+    or read-only folder), checked before any is written: one that fails leaves no other half-made."""
+    problems = [f"{option} {os.fspath(path)!r}: {why}" for option, path in outputs
+                if path is not None and not is_stream(path) and (why := _unwritable(path))]
+    if problems:
+        raise ArtifactError(problems)
+
+
+def _unwritable(path: str | os.PathLike[str]) -> str | None:
+    """Why a file cannot be written at ``path`` (checked before any output is written, so that
+    one output that cannot be written leaves no other half-made), or None."""
+    target = Path(path)
+    if target.is_dir():
+        return "is a folder; name a file"
+    parent = target.parent if str(target.parent) else Path(".")
+    if not parent.exists():
+        return f"the folder {str(parent)!r} does not exist"
+    if not parent.is_dir():
+        return f"{str(parent)!r} is not a folder"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"cannot write in the folder {str(parent)!r}"
+    return None
 
 
 

@@ -307,6 +307,21 @@ def test_two_outputs_naming_one_file_are_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "o").exists()
 
 
+def test_an_output_that_cannot_be_written_leaves_no_other_written(tmp_path: Path) -> None:
+    """--summary under a file (not a folder), into a missing folder or onto a folder: exit 2
+    naming the option and the path as given, before any output is written (the JUnit file
+    used to be written first, and the error named a temporary file)."""
+    m = _write(tmp_path, "g2.yaml", g2_matrix())
+    (tmp_path / "adir").mkdir()
+    for bad, said in ((str(tmp_path / "g2.yaml" / "s.md"), "is not a folder"),
+                      (str(tmp_path / "nowhere" / "s.md"), "does not exist"),
+                      (str(tmp_path / "adir"), "is a folder; name a file")):
+        out = run_cli("gate", "--matrix", m, "--contract", G2, "--junit", str(tmp_path / "j.xml"), "--summary", bad,
+                      "--json", str(tmp_path / "g.json"))
+        assert out.returncode == 2 and f"--summary {bad!r}: " in out.stderr and said in out.stderr, out.stderr
+        assert not (tmp_path / "j.xml").exists() and not (tmp_path / "g.json").exists()
+
+
 def test_dash_and_a_fifo_are_streamed_never_renamed_over(tmp_path: Path) -> None:
     m = _write(tmp_path, "g2.yaml", g2_matrix())
     out = run_cli("gate", "--matrix", m, "--contract", G2, "--summary", "-")
