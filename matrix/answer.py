@@ -161,6 +161,9 @@ class Answer:
             text += f", host fallback: {', '.join(self.entry.fallback.ops)}"
         for alt in self.alternatives:
             text += f"; {alt.path.value} ({alt.outcome.value}) when {describe(alt.conditions)}"
+        for worse in (e for e in self.options if severity(e) > severity(self.entry)):
+            # a group only a call with other arguments is in (a contract without conditions counts it)
+            text += f"; {worse.path.value} ({worse.outcome.value}) only when {describe(worse.conditions)}"
         return text
 
 
@@ -209,6 +212,10 @@ def decide(
     if len(entries) > 1:
         reason = f"worst of {len(entries)} condition groups"
         reason += f" ({how})" if how else "; pass argument values to narrow"
+        left = [e for e in options if all(e is not x for x in entries)]
+        if left:  # groups a call with these arguments cannot be in: said, as a contract without conditions counts them
+            reason += "; not counted here: " + "; ".join(f"{describe(e.conditions)} {e.path.value} ({e.outcome.value})"
+                                                         for e in left)
     elif len(options) > 1:
         others = "; ".join(describe(e.conditions) for e in options if e is not worst)
         reason = f"{how or 'the only group that holds without argument values'} (other groups: {others})"

@@ -170,7 +170,8 @@ class Placement:
             lines += self._node_lines(where, [op for op, w in groups.items() if w == where])
         unknown = self.unknown_ops()
         if unknown:
-            lines.append(f"  unknown  {len(unknown)} op(s) never probed: {_cut_list(unknown, 12)}")
+            lines.append(f"  unknown  {len(unknown)} op(s) not probed at a dtype, rank or layout the workload uses "
+                         f"(the nodes' notes say which): {_cut_list(unknown, 12)}")
             names, orphans = self.probe_ops()
             if names:
                 lines.append(f"           probe them with --ops {','.join(names)} (the OpInfo entries that call them)")

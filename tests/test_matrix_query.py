@@ -200,3 +200,20 @@ def test_the_facades_old_name_still_imports_with_a_warning(example_matrix_path: 
         from opmatrix.matrix import Matrix
     assert Matrix is MatrixIndex
     assert Matrix.load(example_matrix_path).query("aten.softmax.int", "float32", 3).path is ExecPath.composite
+
+
+def test_a_worse_group_a_plain_call_cannot_be_in_is_still_said() -> None:
+    """softmax float32 splits by dim and also holds a dtype=float64 group (samples that ask for
+    another output dtype) that is rejected: a query without arguments answers for the groups a
+    plain call can be in, and its line still names the rejected group, which a contract without
+    conditions counts (query and gate never seem to disagree silently)."""
+    records = [task("softmax", "float32", [
+        *cells("aten.softmax.int", "float32", [2], conditions={"dim": "last"}),
+        *cells("aten.softmax.int", "float32", [2], path="composite", conditions={"dim": "first"}),
+        *cells("aten.softmax.int", "float32", [2], path="rejected", conditions={"dtype": "float64"}),
+    ])]
+    index = MatrixIndex(build_matrix(records, backend=BACKEND, evidence=EVIDENCE))
+    a = index.query("aten.softmax.int", "float32", 2, "contiguous")
+    assert a.path is ExecPath.composite
+    assert "rejected (ok) only when dtype=float64" in a.summary()
+    assert "not counted here: dtype=float64 rejected" in a.reason
