@@ -133,6 +133,29 @@ def test_merge_refuses_journals_of_different_backends(tmp_path: Path, capsys: py
     assert "journals of different backends cannot merge into one matrix: cpu, refaccel/g2" in capsys.readouterr().err
 
 
+def test_merge_refuses_journals_of_other_evidence_or_an_edited_generation(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]):
+    """Shards of one run share an evidence key: journals measured on another driver do not merge
+    (exit 2, naming the field), nor does a journal whose header's generation disagrees with the
+    generation its evidence key was measured on (an edited header)."""
+    key = "torch=2.13.0|backend_version=2.4.0|driver={}|gen={}|ops=1|code=2"
+
+    def journal(name: str, driver: str, gen: str, header_gen: str) -> str:
+        header = JournalHeader(backend="refaccel", generation=header_gen, planned=1, device_type="refaccel",
+                               dispatch_key="PrivateUse1", evidence=EVIDENCE, command="opmatrix probe",
+                               evidence_key=key.format(driver, gen))
+        (tmp_path / name).write_text(dumps_records([header, *softmax_records()[:1]]))
+        return str(tmp_path / name)
+
+    a, b = journal("a.jsonl", "9.9.9", "g2", "g2"), journal("b.jsonl", "9.9.8", "g2", "g2")
+    assert main(["merge", a, b, "--out", str(tmp_path / "o")]) == 2
+    assert "journals measured on different evidence cannot merge (they differ in driver" in capsys.readouterr().err
+    edited = journal("c.jsonl", "9.9.9", "g2", "g1")
+    assert main(["merge", edited, "--out", str(tmp_path / "o2")]) == 2
+    assert "its header says generation 'g1', its evidence key gen=g2" in capsys.readouterr().err
+    assert main(["merge", a, "--out", str(tmp_path / "o3")]) == 0
+
+
 def test_merge_fills_a_builtin_backend_identity_from_the_registry(tmp_path: Path):
     j = tmp_path / "cpu.jsonl"
     j.write_text(dumps_records([JournalHeader(backend="cpu", planned=1),
