@@ -127,7 +127,8 @@ class OperatorRequirement(Model):
     autograd: bool = False
     compile: bool = False
     fallback: FallbackPolicy | None = Field(default=None, description="overrides the contract's policy")
-    min_pass_ratio: float = Field(default=1.0, ge=0, le=1, description="samples passed / probed")
+    min_pass_ratio: float = Field(default=1.0, gt=0, le=1, description="samples passed / probed that a cell needs "
+                                  "(above 0: a ratio of 0 would accept a cell none of whose samples passed)")
     conditions: dict[str, str] = Field(
         default_factory=dict,
         description="judge only the conditional groups compatible with these argument features, e.g. "
