@@ -59,6 +59,7 @@ from .evidence import identity_mismatch, identity_problems, named
 from .improvements import find_improvements, improvement_yaml
 from .perf import evaluate_perf
 from .requirements import claimed_keys, evaluate_check, evaluate_operators
+from .summary import blocking_lines
 from .waivers import WaiverBook
 from .workloads import evaluate_workloads
 
@@ -79,8 +80,6 @@ LEVEL_NAMES: dict[int, str] = {
 #: The highest level whose requirements opmatrix can evaluate from a matrix's cells and checks alone.
 EVALUABLE_LEVEL = 2
 
-#: Failing cells listed per requirement in ``GateResult.blocking`` (all of them stay in ``requirements``).
-MAX_LINES_PER_ITEM = 25
 
 
 def _unknown(rid: str, level: int, kind: str, title: str, blocking: bool, message: str) -> RequirementResult:
@@ -214,28 +213,6 @@ def _cell_count_check(count: int, baseline_count: int | None, ratio: float) -> G
             f"(at most {100 * (1 - ratio):.0f}% fewer allowed): was the probe run cut short?",
         )
     return GateCheck(name="cell count", status=Status.passed, message=f"{count} probed cells (baseline {baseline_count})")
-
-
-def _blocking_lines(requirements: list[RequirementResult], checks: list[GateCheck], regressions: list[CellRef]) -> list[str]:
-    lines: list[str] = []
-    for check in checks:
-        if check.blocks and check.name != "baseline":
-            lines.append(f"{check.name}: {check.message}")
-    for r in requirements:
-        if not r.blocks:
-            continue
-        failing = [c for c in r.cells if c.status is CellStatus.failed]
-        if not failing:
-            lines.append(f"{r.id} ({r.status}): {r.message}")
-            continue
-        lines.extend(f"{r.id}: {c.line()}" for c in failing[:MAX_LINES_PER_ITEM])
-        if len(failing) > MAX_LINES_PER_ITEM:
-            lines.append(f"{r.id}: ... and {len(failing) - MAX_LINES_PER_ITEM} more failing cells")
-    unwaived = [c for c in regressions if c.status is CellStatus.failed]
-    lines.extend(f"baseline: {c.line()}" for c in unwaived[:MAX_LINES_PER_ITEM])
-    if len(unwaived) > MAX_LINES_PER_ITEM:
-        lines.append(f"baseline: ... and {len(unwaived) - MAX_LINES_PER_ITEM} more regressions")
-    return lines
 
 
 def _judged(contract: Contract, has_matrix: bool) -> list[int]:
@@ -381,7 +358,7 @@ def evaluate_contract(
                 claimed |= claimed_keys(op_req, ev.index)
         improvements = find_improvements(ev.index, contract, claimed)
 
-    blocking = _blocking_lines(requirements, checks, [c.cell for c in regressions])
+    blocking = blocking_lines(requirements, checks, [c.cell for c in regressions])
     return GateResult(
         verdict=Verdict.blocked if blocking else Verdict.passed,
         backend=matrix.backend.name if matrix is not None else contract.backend,

@@ -11,12 +11,14 @@ stale waivers, cells better than the baseline, flaky cells::
 
 from __future__ import annotations
 
-from opmatrix.schema.gate import CellStatus, GateResult, RequirementResult, Status, WaiverState
+from opmatrix.schema.gate import CellRef, CellStatus, GateCheck, GateResult, RequirementResult, Status, WaiverState
 
-__all__ = ["render_markdown", "render_verdict"]
+__all__ = ["blocking_lines", "render_markdown", "render_verdict"]
 
 #: Lines per list in the markdown (a PR comment has a size limit; the JSON keeps everything).
 MAX_ITEMS = 50
+#: Failing cells listed per requirement in ``GateResult.blocking`` (all of them stay in ``requirements``).
+MAX_LINES_PER_ITEM = 25
 
 
 def _who(result: GateResult) -> str:
@@ -109,3 +111,28 @@ def render_verdict(result: GateResult, max_lines: int = 40) -> str:
     if stale:
         lines.append("stale waivers: " + ", ".join(f"#{w.index} ({w.match.op})" for w in stale))
     return "\n".join(lines) + "\n"
+
+
+def blocking_lines(requirements: list[RequirementResult], checks: list[GateCheck], regressions: list[CellRef]) -> list[str]:
+    """The gate's readable reasons, one per line (``GateResult.blocking``): blocking gate checks,
+    then each blocking requirement's failing cells (at most :data:`MAX_LINES_PER_ITEM` each), then
+    unwaived regressions."""
+    lines: list[str] = []
+    for check in checks:
+        if check.blocks and check.name != "baseline":
+            lines.append(f"{check.name}: {check.message}")
+    for r in requirements:
+        if not r.blocks:
+            continue
+        failing = [c for c in r.cells if c.status is CellStatus.failed]
+        if not failing:
+            lines.append(f"{r.id} ({r.status}): {r.message}")
+            continue
+        lines.extend(f"{r.id}: {c.line()}" for c in failing[:MAX_LINES_PER_ITEM])
+        if len(failing) > MAX_LINES_PER_ITEM:
+            lines.append(f"{r.id}: ... and {len(failing) - MAX_LINES_PER_ITEM} more failing cells")
+    unwaived = [c for c in regressions if c.status is CellStatus.failed]
+    lines.extend(f"baseline: {c.line()}" for c in unwaived[:MAX_LINES_PER_ITEM])
+    if len(unwaived) > MAX_LINES_PER_ITEM:
+        lines.append(f"baseline: ... and {len(unwaived) - MAX_LINES_PER_ITEM} more regressions")
+    return lines
