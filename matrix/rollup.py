@@ -119,8 +119,10 @@ def _union(lists: Iterable[Sequence[str]]) -> list[str]:
 
 
 def _join_notes(notes: Iterable[str | None]) -> str | None:
-    unique = sorted({n for n in notes if n})
-    return "; ".join(unique) or None
+    """The distinct parts of the notes (a note is parts joined by "; ": one that repeats another's
+    part says it once)."""
+    parts = dict.fromkeys(part for n in sorted({n for n in notes if n}) for part in n.split("; "))
+    return "; ".join(parts) or None
 
 
 def _numerics(items: Sequence[Numerics]) -> Numerics | None:

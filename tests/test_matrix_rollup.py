@@ -96,3 +96,14 @@ def test_aggregate_takes_max_error_and_sums_samples():
     r = aggregate([result(err=1e-6, probed=3, passed=2), result(err=4e-6, probed=5)])
     assert r.numerics is not None and r.numerics.max_abs_err == 4e-6
     assert (r.samples.probed, r.samples.passed) == (8, 7)
+
+
+def test_notes_rolled_up_say_each_part_once() -> None:
+    """Two cells' notes that share a part ("composed in Python ...", then the same with a retry
+    note): the rolled-up note says the shared part once."""
+    from opmatrix.matrix.rollup import _join_notes
+
+    shared = "composed in Python from several ATen ops"
+    assert _join_notes([shared, f"{shared}; eager ran without a fault in a fresh worker", None]) == (
+        f"{shared}; eager ran without a fault in a fresh worker")
+    assert _join_notes([None, ""]) is None
