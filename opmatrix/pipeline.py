@@ -221,6 +221,8 @@ def _known_backend(name: str, generation: str | None) -> BackendId:
 
 
 def _same_run(headers: list[JournalHeader], paths: list[str]) -> None:
+    from opmatrix.probes.runner.evidence import EvidenceKey
+
     runs = {h.run.model_copy(update={"shard": None}).model_dump_json(): p
             for h, p in zip(headers, paths, strict=True) if h.run is not None}
     if len(runs) > 1:
@@ -229,23 +231,19 @@ def _same_run(headers: list[JournalHeader], paths: list[str]) -> None:
                              "merge the shards of one run"])
     problems = []
     for h, p in zip(headers, paths, strict=True):
-        named = _key_fields(h.evidence_key).get("gen")
+        named = EvidenceKey.fields(h.evidence_key).get("gen")
         if named is not None and named != str(h.generation):
             problems.append(f"{p}: its header says generation {h.generation!r}, its evidence key gen={named}: "
                             "the journal was edited; probe again")
     keys = {h.evidence_key: p for h, p in zip(headers, paths, strict=True) if h.evidence_key}
     if len(keys) > 1:
-        fields = [_key_fields(k) for k in keys]
+        fields = [EvidenceKey.fields(k) for k in keys]
         differ = sorted(f for f in set().union(*fields) if len({d.get(f) for d in fields}) > 1)
         problems.append(f"journals measured on different evidence cannot merge (they differ in {', '.join(differ)}: "
                         f"{', '.join(sorted(keys.values()))}); merge the shards of one run on one kind of machine")
     if problems:
         raise ArtifactError(problems)
 
-
-def _key_fields(key: str | None) -> dict[str, str]:
-    """An evidence key's fields (``torch=...|driver=...|gen=g2``)."""
-    return dict(part.partition("=")[::2] for part in (key or "").split("|") if "=" in part)
 
 
 def merge(options: MergeOptions) -> int:

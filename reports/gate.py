@@ -158,7 +158,11 @@ def gate_view(data: Any) -> GateView:
     """Normalise a gate result of any reasonable shape into what the index shows."""
     if not isinstance(data, Mapping):
         return GateView(verdict="unreadable", passed=None, fields=[("value", _text(data))])
-    result = _typed(data)
+    return _view(data, _typed(data))
+
+
+def _view(data: Mapping[str, Any], result: GateResult | None) -> GateView:
+    """The view of ``data``, which validated as ``result`` (or None: read leniently)."""
     verdict, passed = _verdict(data, result)
     fields = [
         (str(k), _text(v, limit=20 * MAX_TEXT))
@@ -200,10 +204,12 @@ def load_gate(path: str | os.PathLike[str], matrix: Matrix | None = None) -> Gat
         raise ArtifactError([f"{path}:{exc.lineno}: not JSON: {exc.msg}"]) from None
     if matrix is not None:
         check_gate_pair(data, matrix, path)
-    view = gate_view(data)
-    typed = _typed(data) if isinstance(data, Mapping) else None
+    if not isinstance(data, Mapping):
+        return gate_view(data)
+    typed = _typed(data)  # validated once: the view and the consistency check share it
+    view = _view(data, typed)
     wrong = typed.contradictions() if typed is not None else None
-    if wrong is None and typed is None and isinstance(data, Mapping) and view.passed and data.get("blocking"):
+    if wrong is None and typed is None and view.passed and data.get("blocking"):
         wrong = "the verdict is pass, yet it lists blocking reasons"
     if wrong is not None:
         raise ArtifactError([f"{path}: the gate result contradicts itself: {wrong}; it was edited or cut: run "

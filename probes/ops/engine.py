@@ -138,7 +138,8 @@ class _TaskRun:
         key = values_key(unit)
         ref: Reference | None = self.references.get(key)
         if ref is not None:  # borrowed from the sample's first layout; this layout's own on a mismatch
-            own = lambda: reference(self.entry.info.op, unit.cpu_values, self.dtype, unit.post)  # noqa: E731
+            if not ref.widened:  # (a widened one: the CPU has no kernel at this dtype in any layout)
+                own = lambda: reference(self.entry.info.op, unit.cpu_values, self.dtype, unit.post)  # noqa: E731
         else:
             try:
                 ref = self.references[key] = reference(self.entry.info.op, unit.cpu_values, self.dtype,
@@ -158,7 +159,7 @@ class _TaskRun:
         self.progress(str(uid))
         before = len(self.results)
         eager = self._eager(unit, ref, no_ref, own)
-        if eager.error is not None and own is not None and ref is not None and not ref.widened:
+        if eager.error is not None and own is not None:
             try:
                 own()
             except Exception as exc:  # noqa: BLE001 - the CPU refuses this layout of the sample too

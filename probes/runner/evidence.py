@@ -42,3 +42,9 @@ class EvidenceKey:
 
     def __str__(self) -> str:
         return f"torch={self.torch}|{self.adapter}|ops={self.op_source}|code={self.code}"
+
+    @staticmethod
+    def fields(key: str | None) -> dict[str, str]:
+        """A printed key's named fields (``torch``, the adapter's ``driver``/``gen``..., ``ops``,
+        ``code``): what two keys differ in, or the generation a run was measured on."""
+        return dict(part.partition("=")[::2] for part in (key or "").split("|") if "=" in part)
