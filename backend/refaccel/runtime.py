@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 
@@ -39,6 +40,9 @@ __all__ = [
 DEVICE_COUNT = 2
 #: ``OPMATRIX_REFACCEL_DEVICES=N`` exposes N devices instead (1..16): a node of one generation
 DEVICES_ENV = "OPMATRIX_REFACCEL_DEVICES"
+#: seconds every successful initialisation waits, as a real driver that is slow to bring a device up
+#: (firmware load, context creation) does: a slow but healthy backend (docs/runner.md#calibrated-deadlines)
+INIT_DELAY_ENV = "OPMATRIX_REFACCEL_INIT_DELAY"
 MAX_DEVICES = 16
 RUNTIME_VERSION = "2.4.0"
 MIN_DRIVER = "2.0"
@@ -183,6 +187,15 @@ def _init_failure() -> str | None:
     return None
 
 
+def init_delay() -> float:
+    """Seconds a successful initialisation takes (``OPMATRIX_REFACCEL_INIT_DELAY``; 0 by default)."""
+    text = os.environ.get(INIT_DELAY_ENV, "").strip()
+    try:
+        return max(0.0, float(text)) if text else 0.0
+    except ValueError:
+        raise RefaccelInitError(f"{INIT_DELAY_ENV}={text!r} is not a number of seconds") from None
+
+
 def is_initialized() -> bool:
     """Whether this process initialised the runtime (a forked child reports False)."""
     return _STATE.initialized_pid is not None and _STATE.forked_from is None
@@ -198,6 +211,9 @@ def initialize() -> None:
         problem = _init_failure()
         if problem:
             raise RefaccelInitError(problem)
+        delay = init_delay()
+        if delay > 0:
+            time.sleep(delay)
         _STATE.initialized_pid = os.getpid()
         _STATE.ready = _STATE.poisoned is None
 

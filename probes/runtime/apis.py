@@ -81,18 +81,25 @@ def _accelerator_matches(probe: Probe) -> str | None:
 
 
 def _switch_problem(setter: Callable[..., Any], getter: Callable[[], Any], probe: Probe) -> str | None:
-    """Selecting another device must show in the current index (a guard may ignore it)."""
+    """Selecting each device must show in the current index (a guard may ignore it).
+
+    Every index is selected in turn, ending on the probe's own: a getter that always answers one
+    constant (a Python device guard reports 0) is caught from any device, not only from device 0.
+    """
     count = len(probe.adapter.devices())
     if count < 2:
         return None
-    other = 1 if probe.index == 0 else 0
+    order = [i for i in range(count) if i != probe.index] + [probe.index]
     try:
-        setter(other)
-        now = int(getter())
-        setter(probe.index)
+        for index in order:
+            setter(index)
+            now = int(getter())
+            if now != index:
+                setter(probe.index)
+                return f"selecting device {index} left the current index at {now}"
     except NOT_SERVED as exc:
         return _short(exc)
-    return None if now == other else f"selecting device {other} left the current index at {now}"
+    return None
 
 
 def _any_setter(probe: Probe) -> Callable[[int], Any]:
