@@ -197,11 +197,11 @@ def test_a_process_check_outlives_its_case_hosts_deadline() -> None:
     dataloader_spawn, forkserver and parent_continues read 'hung: no progress within 60s'."""
     from opmatrix.probes.handlers import TASK_HANDLERS
     from opmatrix.probes.runner.task import resolve_handler
-    from opmatrix.probes.runtime.checks import ISOLATED_DEADLINE, plan_runtime_tasks
+    from opmatrix.probes.runtime.checks import isolated_deadline, plan_runtime_tasks
 
     runtime = resolve_handler(TASK_HANDLERS["runtime"])
     tasks = {t.payload["check"]: t for t in plan_runtime_tasks("refaccel", "g2")}
-    assert runtime.unit_timeout(tasks["dataloader_spawn"], "dataloader_spawn", 60) > ISOLATED_DEADLINE
+    assert runtime.unit_timeout(tasks["dataloader_spawn"], "dataloader_spawn", 60) > isolated_deadline()
     assert runtime.unit_timeout(tasks["allocation"], "allocation", 60) == 60
 
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from opmatrix.schema import FaultOutcome
 
+from .calibrate import current
 from .executor import Executor
 from .plan import Aborted, RunSummary, default_max_restarts, ordered, sigterm_as_interrupt
 from .runner import Run
@@ -62,6 +63,9 @@ def run(
 ) -> RunSummary:
     """Run ``tasks`` on ``backend`` in spawned workers, journaling to ``out_dir/journal.jsonl`` (see the module doc)."""
     started = time.monotonic()
+    # the deadlines measure the machine: a unit's --timeout and a worker's start scale with how slow a
+    # plain child and the backend's start were just now; workers and case hosts inherit the measurement
+    calibration = current(backend, generation)
     planned = ordered(tasks)
     check_kinds(planned, handlers)
     if shard is not None:
@@ -73,7 +77,8 @@ def run(
     plan, n = _workers(devices, workers, executor)
     try:
         state = Run(
-            planned, out, backend=backend, generation=generation, workers=n, timeout=timeout, resume=resume,
+            planned, out, backend=backend, generation=generation, workers=n, timeout=calibration.unit_timeout(timeout),
+            resume=resume, grace=calibration.worker_grace(timeout),
             devices=plan, grow_to_devices=plan == "all" and workers is None,
             max_restarts=default_max_restarts(n, len(planned)) if max_restarts is None else max_restarts,
             options=dict(options or {}), progress=progress, command=command,

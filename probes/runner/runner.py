@@ -65,8 +65,8 @@ class Run:
 
     def __init__(self, tasks: list[Task], out_dir: Path, *, backend: str, generation: str | None, workers: int,
                  timeout: float, resume: bool, devices: list[int] | str | None, max_restarts: int, options: dict[str, Any],
-                 progress: bool, command: str, handlers: dict[str, str], threads: int | None,
-                 header: dict[str, Any], grow_to_devices: bool = False, executor: Executor | None = None):
+                 progress: bool, command: str, handlers: dict[str, str], threads: int | None, header: dict[str, Any],
+                 grow_to_devices: bool = False, executor: Executor | None = None, grace: float | None = None):
         self.out_dir = out_dir
         self.started = time.monotonic()
         self.backend, self.generation = backend, generation
@@ -76,7 +76,7 @@ class Run:
         self.poll = min(1.0, timeout / 4)
         # before its first unit a task only prepares on the host (imports, samples), and the
         # first task in a fresh worker pays the handler's imports: the same grace as a start
-        self.grace = max(120.0, 4 * timeout)
+        self.grace = max(120.0, 4 * timeout) if grace is None else grace
         self.options = options
         self.command = command
         self.handlers = handlers

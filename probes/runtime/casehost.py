@@ -7,6 +7,10 @@ every case starts from the state a fresh process would have::
 
 A preflight child first initialises the backend once: when that fails every case is ``unknown``
 (the ``driver`` check names the problem), except ``init_messages``, which provokes failures anyway.
+
+Deadlines are calibrated at run start (:mod:`opmatrix.probes.runner.calibrate`): a case that runs
+past one (its own, or one of its children's) is retried once in a fresh process; a second timeout
+is a finding only where the machine is not too loaded to judge, else ``unknown`` with the times.
 """
 
 from __future__ import annotations
@@ -21,6 +25,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from opmatrix.probes.runner.calibrate import Calibration, current
+from opmatrix.schema import CheckResult
+
+from . import children
 from .catalog import by_name
 from .children import describe_exit, run_forked
 from .context import NO_VALUE_DEVICES
@@ -28,10 +36,12 @@ from .process import CASES, CaseEnv, device_type_of, no_runtime_verdict
 from .spec import Facts, Verdict, failed, unknown
 from .worker import emit, make_record
 
-__all__ = ["CASE_DEADLINE", "main", "run_cases"]
+__all__ = ["case_deadline", "main", "run_cases"]
 
-#: deadline of one case process (spawn-heavy cases start interpreters on a loaded machine)
-CASE_DEADLINE = 90.0
+
+def case_deadline() -> float:
+    """Deadline of one case process, calibrated (spawn-heavy cases start interpreters)."""
+    return current().case_deadline()
 
 
 @dataclass
@@ -40,6 +50,7 @@ class _Running:
     pid: int
     fd: int
     start: float
+    attempt: int = 1
     data: bytes = b""
 
 
@@ -48,13 +59,15 @@ def _payload(verdict: Verdict) -> dict[str, object]:
             "via": verdict.via, "capabilities": verdict.facts.capabilities}
 
 
-def _start(env: CaseEnv, names: list[str]) -> _Running:
-    """Fork a case process that runs the case function deciding ``names`` (one function)."""
+def _start(env: CaseEnv, names: list[str], attempt: int = 1) -> _Running:
+    """Fork a case process that runs the case function deciding ``names`` (one function); it
+    reports the verdicts and the deadlines its children ran past."""
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(read_fd)
         os.setpgid(0, 0)
+        timeouts = children.TIMED_OUT
         try:
             found = CASES[names[0]](env)
             verdicts = found if isinstance(found, dict) else {names[0]: found}
@@ -62,15 +75,19 @@ def _start(env: CaseEnv, names: list[str]) -> _Running:
         except BaseException as exc:  # noqa: BLE001 - the case process reports anything, then exits
             raised = failed(f"the case raised {type(exc).__name__}: {exc}")
             payload = {name: _payload(raised) for name in names}
+            if "timed out" in str(exc):  # DataLoader(timeout=...) raises "DataLoader timed out after N seconds"
+                timeouts.append(current().child_deadline())
         try:
-            os.write(write_fd, json.dumps(payload).encode())
+            os.write(write_fd, json.dumps({"verdicts": payload, "timeouts": timeouts}).encode())
         finally:
             os._exit(0)
     os.close(write_fd)
-    return _Running(names, pid, read_fd, time.monotonic())
+    return _Running(names, pid, read_fd, time.monotonic(), attempt)
 
 
-def _finish(run: _Running, status: int | None, deadline: float) -> dict[str, Verdict]:
+def _finish(run: _Running, status: int | None, deadline: float) -> tuple[dict[str, Verdict], list[float]]:
+    """The verdicts of a case process that ended (or ran past ``deadline``: status None), and the
+    deadlines it or its children ran past."""
     os.close(run.fd)
     try:
         os.killpg(run.pid, signal.SIGKILL)  # stragglers the case left behind (its own group only)
@@ -78,19 +95,38 @@ def _finish(run: _Running, status: int | None, deadline: float) -> dict[str, Ver
         pass
     if status is None:
         os.waitpid(run.pid, 0)
-        return dict.fromkeys(run.names, failed(f"the case did not finish within {deadline:.0f} s (hung; killed)"))
+        hung = failed(f"the case did not finish within {deadline:.0f} s (hung; killed)")
+        return dict.fromkeys(run.names, hung), [deadline]
     code = os.waitstatus_to_exitcode(status)
     try:
-        payload = json.loads(run.data.decode())
-    except ValueError:
-        return dict.fromkeys(run.names, failed(f"the case process ended ({describe_exit(code)}) without a result"))
-    from opmatrix.schema import CheckResult
-
+        sent = json.loads(run.data.decode())
+        payload, timeouts = sent["verdicts"], [float(t) for t in sent["timeouts"]]
+    except (ValueError, KeyError, TypeError):
+        ended = failed(f"the case process ended ({describe_exit(code)}) without a result")
+        return dict.fromkeys(run.names, ended), []
     out = {}
     for name in run.names:
         item = payload.get(name) or {"result": "fail", "evidence": "the case reported no verdict for this check"}
         facts = Facts(capabilities=dict(item.get("capabilities") or {}))
         out[name] = Verdict(CheckResult(item["result"]), item["evidence"], item.get("advice"), item.get("via"), facts)
+    return out, timeouts
+
+
+def _judged(verdicts: dict[str, Verdict], timeouts: list[float], cal: Calibration) -> dict[str, Verdict]:
+    """Verdicts of a case that timed out on its retry too: a failure where the machine could judge
+    it, else ``unknown`` with the measured times; every timeout says which deadline applied."""
+    why = cal.too_loaded()
+    note = cal.deadline_note(max(timeouts))
+    out = {}
+    for name, verdict in verdicts.items():
+        if verdict.result is not CheckResult.failed:
+            out[name] = verdict
+        elif why:
+            out[name] = unknown(f"{verdict.evidence}; timed out again when retried in a fresh process; {why}; {note}",
+                                "re-run on a machine that is less loaded (the backend was not judged)", verdict.via)
+        else:
+            out[name] = failed(f"{verdict.evidence}; timed out again when retried in a fresh process; {note}",
+                               verdict.advice, verdict.via)
     return out
 
 
@@ -104,14 +140,17 @@ def _preflight(env: CaseEnv) -> tuple[str | None, str | None]:
             env.initialise()
         return kind
 
-    res = run_forked(probe, CASE_DEADLINE)
+    res = run_forked(probe, current().child_deadline())
     if res.status == "ok":
         return str(res.value), None
     return None, res.describe()
 
 
-def run_cases(env: CaseEnv, names: Sequence[str], jobs: int = 2, deadline: float = CASE_DEADLINE) -> None:
-    """Run each case in its own forked process, ``jobs`` at a time, emitting records as they finish."""
+def run_cases(env: CaseEnv, names: Sequence[str], jobs: int = 2, deadline: float | None = None) -> None:
+    """Run each case in its own forked process, ``jobs`` at a time, emitting records as they finish
+    (``deadline``: of one case; calibrated by default)."""
+    cal = current(env.spec, env.generation)
+    deadline = cal.case_deadline() if deadline is None else deadline
     kind, problem = _preflight(env)
     pending = []
     for name in names:
@@ -126,11 +165,11 @@ def run_cases(env: CaseEnv, names: Sequence[str], jobs: int = 2, deadline: float
     groups: dict[object, list[str]] = {}
     for name in pending:  # checks decided by one case function run in one process
         groups.setdefault(CASES[name], []).append(name)
-    queue = list(groups.values())
+    queue = [(names, 1) for names in groups.values()]
     running: list[_Running] = []
     while queue or running:
         while queue and len(running) < max(1, jobs):
-            running.append(_start(env, queue.pop(0)))
+            running.append(_start(env, *queue.pop(0)))
         fds = [r.fd for r in running]
         ready, _, _ = select.select(fds, [], [], 0.1)
         for run in list(running):
@@ -142,9 +181,16 @@ def run_cases(env: CaseEnv, names: Sequence[str], jobs: int = 2, deadline: float
             if done or late:
                 if done:
                     run.data += _drain(run.fd)
-                verdicts = _finish(run, status if done else None, deadline)
+                verdicts, timeouts = _finish(run, status if done else None, deadline)
                 running.remove(run)
+                if timeouts and any(v.result is CheckResult.failed for v in verdicts.values()):
+                    if run.attempt == 1:  # once more in a fresh process before a timeout is a verdict
+                        queue.insert(0, (run.names, 2))
+                        continue
+                    verdicts = _judged(verdicts, timeouts, cal)
                 for name, verdict in verdicts.items():
+                    if "calibrated:" not in verdict.evidence:  # a timeout's evidence names its deadline already
+                        verdict.evidence += f" [{cal.deadline_note(cal.child_deadline())} per child]"
                     emit({"event": "done", "record": make_record(by_name(name), verdict).model_dump(mode="json")})
 
 
@@ -176,6 +222,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # constructing the adapter imports its package (as `opmatrix probe` does in its parent) but
     # neither registers nor initialises the device: every case still starts uninitialised
     env.adapter()
+    current(env.spec, env.generation)  # the run's calibration, or one measured now (kept for the cases)
     run_cases(env, names, args.jobs)
     return 0
 

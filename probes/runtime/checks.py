@@ -16,10 +16,10 @@ import sys
 from collections.abc import Callable, Mapping
 
 from opmatrix.probes.runner import Skip, Task, WorkerContext
+from opmatrix.probes.runner.calibrate import current
 from opmatrix.schema import CheckResult, RuntimeCheck, RuntimeRecord
 from opmatrix.schema.userref import child_env
 
-from .casehost import CASE_DEADLINE
 from .catalog import CATALOG, by_name
 from .context import Probe
 from .discovery import check_driver, check_import
@@ -40,20 +40,24 @@ def plan_runtime_tasks(adapter_spec: str, generation: str | None = None) -> list
     ]
 
 
-#: how long a process check waits for its case host (the case's own deadline, plus start-up)
-ISOLATED_DEADLINE = CASE_DEADLINE + 60.0
+def isolated_deadline() -> float:
+    """How long a process check waits for its case host: the case's own deadline (a retry
+    included), plus the host's start-up and preflight, all calibrated at run start."""
+    cal = current()
+    return 2 * cal.case_deadline() + 60.0 + cal.child_deadline()
 
 
 def run_case_isolated(spec: str, generation: str | None, name: str) -> Verdict:
     """Run one process-suite case in a fresh case host (never forked from this process)."""
+    current(spec, generation)  # the run's calibration (measured here once if the run has none)
+    limit = isolated_deadline()
     cmd = [sys.executable, "-m", "opmatrix.probes.runtime.casehost", "--backend", spec, "--cases", name, "--jobs", "1"]
     if generation:
         cmd += ["--generation", generation]
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=ISOLATED_DEADLINE, check=False,
-                              env=child_env())
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=limit, check=False, env=child_env())
     except subprocess.TimeoutExpired:
-        return failed(f"the case host did not finish within {ISOLATED_DEADLINE:.0f} s")
+        return failed(f"the case host did not finish within {limit:.0f} s ({current().describe()})")
     for line in done.stdout.splitlines():
         if line.startswith(MARK):
             rec = RuntimeRecord.model_validate(json.loads(line[len(MARK):])["record"])
@@ -78,7 +82,7 @@ class RuntimeHandler:
         the check's finding, reported by the check): the runner waits longer than that, so that a
         case host slow to import torch on a busy machine is not killed first and read as ``hung``."""
         if by_name(str(task.payload.get("check", ""))).kind == "process":
-            return max(timeout, ISOLATED_DEADLINE + 30.0)
+            return max(timeout, isolated_deadline() + 30.0)
         return timeout
 
     def fault_record(self, task: Task, skip: Skip) -> RuntimeRecord:

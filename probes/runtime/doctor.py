@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import asdict
 from typing import Any, TextIO
 
 from opmatrix.probes.options import DoctorOptions
@@ -119,21 +120,29 @@ def doctor(args: DoctorOptions) -> int:
     """Run the level 0/1 checks against ``args.backend`` and print the table (or ``--json``)."""
     generation = args.generation
     verified = _validate(args.backend, generation)
+    from opmatrix.probes.runner.calibrate import calibrate
+
     start = time.monotonic()
-    runtime = runtime_from_records(run_checks(args.backend, generation))
+    cal = calibrate(args.backend, generation)  # deadlines measure the machine (docs/doctor.md#deadlines)
+    runtime = runtime_from_records(run_checks(args.backend, generation, calibration=cal))
     seconds = time.monotonic() - start
     code = exit_code(runtime)
     if args.level >= 5:
         return _doctor_level5(args, generation, runtime, seconds, code, verified)
     if args.json:
         payload = {"backend": args.backend, "generation": generation, "exit_code": code,
-                   "seconds": round(seconds, 1), "runtime": runtime.model_dump(mode="json")}
+                   "seconds": round(seconds, 1), "runtime": runtime.model_dump(mode="json"),
+                   "calibration": {**asdict(cal), "child_deadline": round(cal.child_deadline(), 1),
+                                   "case_deadline": round(cal.case_deadline(), 1),
+                                   "check_deadline": round(cal.check_deadline(), 1)}}
         print(json.dumps(payload, indent=2, sort_keys=True))
         return code
     note = "" if verified is not False else " (adapter unverified on real hardware)"
     gen = f" {generation}" if generation else ""
     title = (f"opmatrix doctor: {args.backend}{gen}{note}: {len(runtime.checks)} level 0/1 checks "
-             f"in {seconds:.1f} s, in docs/levels.md bring-up order")
+             f"in {seconds:.1f} s, in docs/levels.md bring-up order\n"
+             f"deadlines calibrated: {cal.describe()} -> a child {cal.child_deadline():.0f} s, "
+             f"a check {cal.check_deadline():.0f} s")
     render(runtime, title, sys.stdout)
     return code
 

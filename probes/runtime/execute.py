@@ -2,7 +2,9 @@
 
 Two children run at once: a :mod:`.worker` for the in-process checks (replaced after a crash or
 a hang, which is blamed on the check it had announced) and a :mod:`.casehost` for the process
-suite. Records arrive as they finish; the result is in catalog (bring-up) order::
+suite. Deadlines are calibrated first (:mod:`opmatrix.probes.runner.calibrate`); a check that runs
+past its deadline is retried once in a fresh worker, and a second timeout on a machine too loaded
+to judge it is ``unknown``. Records arrive as they finish; the result is in catalog (bring-up) order::
 
     records = run_checks("refaccel", "g2")
     runtime = runtime_from_records(records)       # devices, claimed dtypes, capabilities, checks, apis
@@ -21,6 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from opmatrix.probes.runner.calibrate import Calibration, calibrate
 from opmatrix.schema import ApiCoverage, DeviceInfo, Runtime, RuntimeCheck, RuntimeRecord
 from opmatrix.schema.enums import DTYPES
 from opmatrix.schema.userref import child_env
@@ -30,10 +33,8 @@ from .children import describe_exit
 from .spec import Verdict, failed, unknown
 from .worker import MARK, POISONED_EXIT, make_record
 
-__all__ = ["CHECK_DEADLINE", "collect_runtime", "run_checks", "runtime_from_records"]
+__all__ = ["collect_runtime", "run_checks", "runtime_from_records"]
 
-#: deadline of one in-worker check (the slowest, oom / views on a big claim set, take ~1 s)
-CHECK_DEADLINE = 60.0
 #: worker replacements before the remaining checks are given up as unknown
 MAX_RESTARTS = 3
 
@@ -56,14 +57,15 @@ class _Child:
         return " | ".join(text.splitlines()[-3:])[-400:]
 
 
-def _launch(kind: str, spec: str, generation: str | None, names: Sequence[str]) -> _Child:
+def _launch(kind: str, spec: str, generation: str | None, names: Sequence[str], cal: Calibration) -> _Child:
     module = "worker" if kind == "worker" else "casehost"
     flag = "--checks" if kind == "worker" else "--cases"
     cmd = [sys.executable, "-m", f"opmatrix.probes.runtime.{module}", "--backend", spec, flag, ",".join(names)]
     if generation:
         cmd += ["--generation", generation]
     stderr = tempfile.TemporaryFile()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL, env=child_env())
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL,
+                            env=child_env(cal.to_env()))
     return _Child(kind, proc, stderr, list(names))
 
 
@@ -109,9 +111,15 @@ def run_checks(
     generation: str | None = None,
     names: Iterable[str] | None = None,
     on_record: Callable[[RuntimeRecord], None] | None = None,
-    check_deadline: float = CHECK_DEADLINE,
+    check_deadline: float | None = None,
+    calibration: Calibration | None = None,
 ) -> list[RuntimeRecord]:
-    """Run the named checks (default: all) against backend ``spec``; records in catalog order."""
+    """Run the named checks (default: all) against backend ``spec``; records in catalog order.
+
+    ``check_deadline``: of one in-worker check (default: calibrated, as ``calibration`` is when not given)."""
+    cal = calibration or calibrate(spec, generation)
+    limit = cal.check_deadline() if check_deadline is None else check_deadline
+    retried: set[str] = set()
     wanted = [s for s in CATALOG if names is None or s.name in set(names)]
     records: dict[str, RuntimeRecord] = {}
 
@@ -124,9 +132,9 @@ def run_checks(
     worker_names = [s.name for s in wanted if s.kind == "worker"]
     case_names = [s.name for s in wanted if s.kind == "process"]
     if worker_names:
-        children.append(_launch("worker", spec, generation, worker_names))
+        children.append(_launch("worker", spec, generation, worker_names, cal))
     if case_names:
-        children.append(_launch("process", spec, generation, case_names))
+        children.append(_launch("process", spec, generation, case_names, cal))
     restarts = 0
     while children:
         streams: dict[Any, _Child] = {child.proc.stdout: child for child in children}
@@ -135,15 +143,15 @@ def run_checks(
             child = streams[stream]
             _consume(child, os.read(stream.fileno(), 65536), record)  # type: ignore[union-attr]
         for child in list(children):
-            limit = check_deadline if child.kind == "worker" else 300.0
-            hung = child.current is not None and time.monotonic() - child.since > limit
+            # the case host announces no checks: its cases have deadlines of their own
+            hung = child.kind == "worker" and child.current is not None and time.monotonic() - child.since > limit
             if child.proc.poll() is None and not hung:
                 continue
             children.remove(child)
-            rest = _child_ended(child, hung, limit, record)
+            rest = _child_ended(child, hung, limit, record, retried, cal)
             if rest and child.kind == "worker" and restarts < MAX_RESTARTS:
                 restarts += 1
-                children.append(_launch("worker", spec, generation, rest))
+                children.append(_launch("worker", spec, generation, rest, cal))
             else:
                 for name in rest:
                     record(make_record(by_name(name), _given_up(child.kind)))
@@ -151,8 +159,10 @@ def run_checks(
     return sorted(records.values(), key=lambda r: order.get(r.check.name, len(order)))
 
 
-def _child_ended(child: _Child, hung: bool, limit: float, record: Callable[[RuntimeRecord], None]) -> list[str]:
-    """Reap a child that exited or hung; record the check it was running; the checks left to run."""
+def _child_ended(child: _Child, hung: bool, limit: float, record: Callable[[RuntimeRecord], None],
+                 retried: set[str], cal: Calibration) -> list[str]:
+    """Reap a child that exited or hung; record the check it was running; the checks left to run
+    (a check that hung for the first time is among them, first: it runs again in a fresh worker)."""
     if hung:
         child.proc.kill()
     child.proc.wait()
@@ -164,8 +174,14 @@ def _child_ended(child: _Child, hung: bool, limit: float, record: Callable[[Runt
     if child.proc.returncode == POISONED_EXIT and child.current is None:
         return rest  # the worker reported the check that poisoned it and asked to be replaced
     blamed = child.current or child.todo[0]
+    if hung and blamed not in retried:
+        retried.add(blamed)
+        return [blamed] + [n for n in rest if n != blamed]
     if hung:
-        verdict = failed(f"hung: no result within {limit:.0f} s (the worker was killed)")
+        text = f"hung: no result within {limit:.0f} s (the worker was killed), again when retried in a fresh worker"
+        why = cal.too_loaded()
+        verdict = (unknown(f"{text}; {why}; {cal.deadline_note(limit)}", "re-run on a machine that is less loaded")
+                   if why else failed(f"{text}; {cal.deadline_note(limit)}"))
     else:
         verdict = failed(f"crashed: the {child.kind} process ended ({describe_exit(child.proc.returncode)})"
                          f" during this check; stderr: {child.stderr_tail()}")

@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from opmatrix.probes.runner.calibrate import current
+
 from .children import WORK_RESULT, ChildResult, describe_exit, run_forked, run_started, work
 from .context import HOST_DEVICES, NO_VALUE_DEVICES
 from .initfail import INIT_FAULT_MODES, classify_init_failure
@@ -32,10 +34,6 @@ if TYPE_CHECKING:
 
 __all__ = ["CASES", "CaseEnv", "SquaresDataset", "device_type_of"]
 
-#: deadline for one child (the case as a whole has its own, larger one)
-CHILD_DEADLINE = 30.0
-#: deadline for a child forked after initialisation: a deadlock must not stall the suite
-FORK_AFTER_INIT_DEADLINE = 10.0
 #: what an error from a child forked after initialisation must mention to name its cause
 FORK_CAUSE = re.compile(r"fork|spawn|forkserver|initiali[sz]", re.IGNORECASE)
 
@@ -61,6 +59,12 @@ class CaseEnv:
         if value != WORK_RESULT:
             raise RuntimeError(f"device computed {value} instead of {WORK_RESULT}")
         return adapter
+
+
+def child_deadline() -> float:
+    """Deadline of one child that initialises the backend (the case as a whole has a larger one),
+    calibrated at run start (:mod:`opmatrix.probes.runner.calibrate`)."""
+    return current().child_deadline()
 
 
 def device_type_of(adapter: Adapter) -> str:
@@ -114,7 +118,7 @@ def case_fork_before_init(env: CaseEnv) -> Verdict:
                           "make device discovery fork-safe: counting devices must not initialise the runtime")
         if before is False:
             discovery += " (is_initialized() stayed False)"
-    res = run_forked(lambda: work(env.initialise()), CHILD_DEADLINE)
+    res = run_forked(lambda: work(env.initialise()), child_deadline())
     problem = _child_ok(res, "forked child") or _parent_after(env)
     if problem:
         return failed(f"{problem}; {discovery}")
@@ -124,7 +128,7 @@ def case_fork_before_init(env: CaseEnv) -> Verdict:
 def case_fork_after_init(env: CaseEnv) -> Verdict:
     """A child forked after initialisation fails clearly (or works), never hangs or corrupts."""
     adapter = env.initialise()
-    res = run_forked(lambda: work(adapter), FORK_AFTER_INIT_DEADLINE)
+    res = run_forked(lambda: work(adapter), current().fork_child_deadline())
     parent = _parent_after(env, adapter)
     advice = ("a child forked after initialisation must get an error naming the pre-fork initialisation "
               "and recommending spawn (or fully re-initialise)")
@@ -150,7 +154,7 @@ def _started_case(env: CaseEnv, method: str, adapter: Adapter | None = None) -> 
     adapter = adapter or env.initialise()
     devices = adapter.devices()
     uuid = devices[0].uuid if devices else None
-    res = run_started(method, env.spec, env.generation, CHILD_DEADLINE)
+    res = run_started(method, env.spec, env.generation, child_deadline())
     problem = _child_ok(res, f"{method} child") or _parent_after(env, adapter)
     if problem:
         return failed(problem, f"{method} children must initialise the backend themselves and compute")
@@ -178,8 +182,8 @@ def case_forkserver(env: CaseEnv) -> dict[str, Verdict]:
     want = torch.arange(1024, dtype=torch.float32) * 3
     kept = want.to(adapter.device())
     first = _started_case(env, "forkserver", adapter)
-    crashed = run_started("forkserver", env.spec, env.generation, CHILD_DEADLINE, mode="crash")
-    clean = run_started("forkserver", env.spec, env.generation, CHILD_DEADLINE)
+    crashed = run_started("forkserver", env.spec, env.generation, child_deadline(), mode="crash")
+    clean = run_started("forkserver", env.spec, env.generation, child_deadline())
     problems = []
     if crashed.code != -signal.SIGSEGV:
         problems.append(f"crashing child {crashed.describe()}")
@@ -197,7 +201,7 @@ def case_repeated_children(env: CaseEnv) -> Verdict:
     """Three children in a row each initialise, compute and exit; the device is free for the next."""
     times = []
     for i in range(3):
-        res = run_forked(lambda: work(env.initialise()), CHILD_DEADLINE, clean_exit=True)
+        res = run_forked(lambda: work(env.initialise()), child_deadline(), clean_exit=True)
         problem = _child_ok(res, f"child {i + 1} of 3")
         if problem:
             return failed(problem, "each new process must be able to initialise after the previous one exited")
@@ -218,7 +222,7 @@ def case_child_crash(env: CaseEnv) -> Verdict:
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         os.kill(os.getpid(), signal.SIGSEGV)
 
-    res = run_forked(crash, CHILD_DEADLINE)
+    res = run_forked(crash, child_deadline())
     if res.status != "signal":
         return failed(f"the crashing child {res.describe()} (expected death by SIGSEGV)")
     problem = _parent_after(env)
@@ -229,7 +233,7 @@ def case_child_crash(env: CaseEnv) -> Verdict:
 
 def case_child_exit(env: CaseEnv) -> Verdict:
     """A child that exits normally (running the backend's exit hooks) ends with code 0 and its result."""
-    res = run_forked(lambda: work(env.initialise()), CHILD_DEADLINE, clean_exit=True)
+    res = run_forked(lambda: work(env.initialise()), child_deadline(), clean_exit=True)
     problem = _child_ok(res, "child") or _parent_after(env)
     if problem:
         return failed(problem, "the backend's exit hooks must let a process leave cleanly")
@@ -258,7 +262,7 @@ def case_dataloader_spawn(env: CaseEnv) -> Verdict:
     adapter = env.initialise()
     dataset: Any = SquaresDataset(8)  # map-style: __len__ + __getitem__, no torch import at module level
     loader: DataLoader[Any] = DataLoader(dataset, batch_size=2, num_workers=2, multiprocessing_context="spawn",
-                        timeout=CHILD_DEADLINE)
+                        timeout=child_deadline())
     total = 0.0
     for batch in loader:
         total += float(batch.to(adapter.device()).sum().item())
@@ -287,7 +291,7 @@ def case_init_messages(env: CaseEnv) -> Verdict:
             initialise(env.adapter())
             return "initialised"
 
-        res = run_forked(provoke, CHILD_DEADLINE)
+        res = run_forked(provoke, child_deadline())
         if res.status == "ok":
             problems.append(f"{mode.mode}: initialisation did not fail")
             continue
