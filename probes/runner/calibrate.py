@@ -22,9 +22,11 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
-__all__ = ["CALIBRATION_ENV", "Calibration", "calibrate", "current", "machine_now"]
+__all__ = ["CALIBRATION_ENV", "Calibration", "applied", "calibrate", "current", "machine_now"]
 
 CALIBRATION_ENV = "OPMATRIX_CALIBRATION"
 #: how many times the measured work a deadline allows on top of its base (load varies in a run)
@@ -176,9 +178,9 @@ def calibrate(spec: str, generation: str | None = None) -> Calibration:
                        out.get("problem"))
 
 
-def current(spec: str = "", generation: str | None = None) -> Calibration:
+def current(spec: str = "", generation: str | None = None, keep: bool = True) -> Calibration:
     """The run's calibration (from ``OPMATRIX_CALIBRATION``; for backend ``spec`` when given), else
-    one measured now and kept in this process's environment for its children."""
+    one measured now and (``keep``) kept in this process's environment for its children."""
     text = os.environ.get(CALIBRATION_ENV)
     if text:
         try:
@@ -192,5 +194,20 @@ def current(spec: str = "", generation: str | None = None) -> Calibration:
     else:
         plain, load = machine_now()
         cal = Calibration(plain, 0.0, load)
-    os.environ.update(cal.to_env())
+    if keep:
+        os.environ.update(cal.to_env())
     return cal
+
+
+@contextmanager
+def applied(cal: Calibration) -> Iterator[Calibration]:
+    """Within the block, processes started from here (and :func:`current`) judge by ``cal``."""
+    before = os.environ.get(CALIBRATION_ENV)
+    os.environ.update(cal.to_env())
+    try:
+        yield cal
+    finally:
+        if before is None:
+            os.environ.pop(CALIBRATION_ENV, None)
+        else:
+            os.environ[CALIBRATION_ENV] = before

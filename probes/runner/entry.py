@@ -29,7 +29,7 @@ from typing import Any
 
 from opmatrix.schema import FaultOutcome
 
-from .calibrate import current
+from .calibrate import applied, current
 from .executor import Executor
 from .plan import Aborted, RunSummary, default_max_restarts, ordered, sigterm_as_interrupt
 from .runner import Run
@@ -65,7 +65,7 @@ def run(
     started = time.monotonic()
     # the deadlines measure the machine: a unit's --timeout and a worker's start scale with how slow a
     # plain child and the backend's start were just now; workers and case hosts inherit the measurement
-    calibration = current(backend, generation)
+    calibration = current(backend, generation, keep=False)
     planned = ordered(tasks)
     check_kinds(planned, handlers)
     if shard is not None:
@@ -90,7 +90,7 @@ def run(
         raise
     summary = state.summary
     try:
-        with sigterm_as_interrupt():
+        with sigterm_as_interrupt(), applied(calibration):
             state.loop()
     except Aborted as exc:
         summary.aborted = True
