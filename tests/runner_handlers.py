@@ -150,6 +150,9 @@ def handle(
                 fh.write(f"{source}.{unit}\n")
         if task.payload.get("pid_dir"):  # lets a test check that no worker outlives its orchestrator
             Path(task.payload["pid_dir"], str(os.getpid())).write_text(str(os.getppid()))  # and who started it
+        if task.payload.get("started"):  # each worker's units, as it starts them: a test acts on the event
+            with open(Path(task.payload["started"], f"{os.getpid()}-{os.getppid()}"), "a") as fh:
+                fh.write(f"{source}.{unit}\n")
         time.sleep(task.payload.get("sleep", 0.0))
         try:
             if unit in faults:
@@ -211,13 +214,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--resume", action="store_true")
     p.add_argument("--pid-dir")
     p.add_argument("--runs", help="a file that gets one line per unit actually run")
+    p.add_argument("--started", help="a folder: each worker appends each unit it starts to PID-PARENTPID there")
     p.add_argument("--ray-address", help="run on this Ray cluster (the Ray executor)")
     p.add_argument("--ray-resource", default="opm_dev")
     args = p.parse_args(argv)
     given = sys.argv[1:] if argv is None else argv
     tasks = make_tasks(args.tasks, units=args.units, sleep=args.sleep, pid_dir=args.pid_dir)
-    if args.runs:
-        tasks = [Task(t.id, t.kind, {**t.payload, "runs": args.runs}, t.order) for t in tasks]
+    if args.runs or args.started:
+        extra = {"runs": args.runs, "started": args.started}
+        tasks = [Task(t.id, t.kind, {**t.payload, **{k: v for k, v in extra.items() if v}}, t.order) for t in tasks]
     executor = None
     if args.ray_address:
         from opmatrix.probes.runner.raypool import RayExecutor

@@ -108,7 +108,9 @@ def test_a_crash_on_one_device_replaces_that_devices_worker_on_the_same_device(
     records = _records(tmp_path)
     assert summary.restarts >= 1 and len(records) == len(tasks)
     for task_id, rec in records.items():
-        assert rec["device"] in ("refaccel:0", "refaccel:1")
+        # slot i owns device i (--devices 0,1) in every incarnation: the record of a crashed task is
+        # written by its slot's replacement, which must sit on the device the slot had
+        assert rec["worker"] in (0, 1) and rec["device"] == f"refaccel:{rec['worker']}", (task_id, rec["worker"])
         if task_id.startswith("neg"):
             assert {c["result"]["outcome"] for c in rec["cells"] if c["op"].startswith("aten.neg")} == {"crashed"}
         else:

@@ -110,44 +110,50 @@ def _parent(pid: int) -> int | None:
 
 
 def test_a_lost_nodes_task_runs_again_elsewhere_keeping_its_finished_units(tmp_path: Path) -> None:
-    """The runner's test tasks (each unit sleeps): once the second node's worker has run units, its
-    raylet is SIGKILLed. Every task is recorded once, nothing is blamed, and units run again only
-    in the task the node was running, from the unit in flight (or one finished since the driver's
-    last look) on: the units it had seen finished are kept."""
-    pids, runs, out = tmp_path / "pids", tmp_path / "runs", tmp_path / "out"
+    """The runner's test tasks (6 units each, each sleeping 0.7 s): when the second node's worker
+    starts the fifth unit of its first task (an event, not a time), that node's raylet is
+    SIGKILLed. Every task is recorded once, nothing is blamed, and only units of the task the node
+    was running run again: from the one in flight, or from one finished since the driver's last
+    look (it mirrors a node's finished units every half second), on. The units the node had
+    finished well before (u0, u1: 1.4 s and more) are kept, not run again."""
+    pids, runs, started, out = tmp_path / "pids", tmp_path / "runs", tmp_path / "started", tmp_path / "out"
     pids.mkdir()
+    started.mkdir()
     with LoopbackCluster(tmp_path / "cluster", {"opm_dev": 1}, nodes=2) as cluster:
         env = {**os.environ, **cluster.env,
                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-        cmd = [sys.executable, str(ROOT / "tests" / "runner_handlers.py"), str(out), "--tasks", "6", "--units", "4",
+        cmd = [sys.executable, str(ROOT / "tests" / "runner_handlers.py"), str(out), "--tasks", "6", "--units", "6",
                "--sleep", "0.7", "--timeout", "30", "--pid-dir", str(pids), "--runs", str(runs),
-               "--ray-address", cluster.address]
-        raylet, seen = cluster.raylet_pid(1), []
+               "--started", str(started), "--ray-address", cluster.address]
+        raylet = cluster.raylet_pid(1)
+        node_files: list[Path] = []
 
-        def third_unit_on_the_node() -> bool:
-            # a worker whose parent (its actor) is a child of the second node's raylet
-            if not seen and any(f.read_text().isdigit() and _parent(int(f.read_text())) == raylet
-                                for f in pids.iterdir()):
-                seen.append(time.monotonic())
-            return bool(seen) and time.monotonic() - seen[0] > 1.6  # about its third unit
+        def on_the_node() -> list[str]:
+            """The units started by the worker on the second node (whose actor is its raylet's child)."""
+            if not node_files:
+                node_files.extend(f for f in started.iterdir() if _parent(int(f.name.split("-")[1])) == raylet)
+            return node_files[0].read_text().split() if node_files else []
 
-        code, killed, said = _drive(cmd, env, tmp_path / "driver.log", third_unit_on_the_node,
+        code, killed, said = _drive(cmd, env, tmp_path / "driver.log", lambda: len(on_the_node()) >= 5,
                                     lambda: cluster.kill_node(1))
     assert killed and code == 0, said[-3000:]
+    lost = node_files[0].read_text().split()
     tasks = _tasks(out)
     assert sorted(tasks) == [f"t{i}|float32" for i in range(6)], tasks  # each once
     outcomes = _outcomes(out)
-    assert all(o == ["ok"] * 4 for o in outcomes.values()), outcomes  # nothing blamed
+    assert all(o == ["ok"] * 6 for o in outcomes.values()), outcomes  # nothing blamed
     ran = runs.read_text().split()
-    units = [f"t{i}.u{j}" for i in range(6) for j in range(4)]
+    units = [f"t{i}.u{j}" for i in range(6) for j in range(6)]
     assert set(ran) == set(units)  # nothing lost
-    # Units run again only in the task that was in flight on the lost node: the one running then,
-    # and those finished since the driver's last look at that node (its mirror of the finished
-    # units, every half second); the units it had seen finished are kept.
+    # the node's task: the one its worker was running when the node went (its last started unit)
+    task = lost[-1].split(".")[0]
+    on_node = [u for u in lost if u.startswith(task + ".")]
+    assert on_node[:5] == [f"{task}.u{j}" for j in range(5)], lost
     twice = [u for u in units if ran.count(u) == 2]
-    assert len(ran) == len(units) + len(twice), ran
-    assert len({u.split(".")[0] for u in twice}) <= 1, twice
-    if twice:
-        task = twice[0].split(".")[0]
+    assert len(ran) == len(units) + len(twice), ran  # nothing ran three times
+    # only units the lost node had started run again, all of one task, consecutive, up to the
+    # last it started; u0 and u1 had finished long before the loss and are kept
+    if twice:  # none when the unit in flight finished, and was mirrored, before the node died
         first = int(twice[0].rsplit("u", 1)[1])
-        assert twice == [f"{task}.u{j}" for j in range(first, first + len(twice))], twice
+        assert twice == [f"{task}.u{j}" for j in range(first, first + len(twice))], (twice, lost)
+        assert twice[-1] == on_node[-1] and first >= 2, (twice, on_node)
