@@ -293,7 +293,9 @@ class _FinishesBetweenReadAndPoll:
 
 def test_a_rank_that_finishes_as_it_is_polled_is_not_blamed(tmp_path: Path) -> None:
     from opmatrix.probes.distributed.launch import _watch
+    from opmatrix.probes.runner.calibrate import Calibration
 
     rank = _FinishesBetweenReadAndPoll(tmp_path / "rank0.jsonl", "c1")
-    done, fault = _watch([rank], tmp_path, [{"id": "c1", "deadline": 5.0}])  # type: ignore[list-item]
+    cal = Calibration(plain_start=1.0, backend_start=0.5, load=1.0)
+    done, fault = _watch([rank], tmp_path, [{"id": "c1", "deadline": 5.0}], cal)  # type: ignore[list-item]
     assert (done, fault) == (1, None)

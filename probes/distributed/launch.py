@@ -4,7 +4,9 @@ The launcher hosts the batch's ``TCPStore`` on 127.0.0.1 (port chosen free by th
 one ``python -m opmatrix.probes.distributed.rank`` process per rank, and watches their progress
 files. A rank that dies outside a case's plan blames that case as ``crashed``; a case past its
 deadline is ``hung``; either way the ranks are killed and the cases not yet run go to a fresh
-batch, so one bad case never loses the others::
+batch, so one bad case never loses the others. The deadlines and the rendezvous timeout are
+calibrated (docs/runner.md#calibrated-deadlines): a case's deadline grows with how slowly a plain
+child starts, the ranks' start-up and rendezvous with the backend's measured start::
 
     results = run_batch(spec, cases, work_dir)     # {case id: [rank results ...]}
 """
@@ -19,11 +21,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from opmatrix.probes.runner.calibrate import CHILD_BASE, MARGIN, Calibration, current
 from opmatrix.schema.userref import child_env
 
 __all__ = ["STARTUP_DEADLINE", "run_cases"]
 
-STARTUP_DEADLINE = 120.0  # seconds for the ranks to import torch and set up (slow on a busy machine)
+STARTUP_DEADLINE = 120.0  # seconds for the ranks to import torch and set up, at least (slow on a busy machine)
+#: seconds a rank waits at the batch's store for the others, at least
+RENDEZVOUS_TIMEOUT = 60.0
 _POLL = 0.05
 
 
@@ -64,7 +69,13 @@ def _fault(case: dict[str, Any], outcome: str, why: str, seconds: float) -> dict
             "seconds": round(seconds, 3)}
 
 
-def _watch(procs: list[subprocess.Popen[bytes]], work: Path, cases: list[dict[str, Any]]) -> tuple[int, dict | None]:
+def _startup(cal: Calibration) -> float:
+    """Seconds the ranks may take to start and set the backend up (calibrated, at least the fixed one)."""
+    return max(STARTUP_DEADLINE, CHILD_BASE + MARGIN * cal.start)
+
+
+def _watch(procs: list[subprocess.Popen[bytes]], work: Path, cases: list[dict[str, Any]],
+           cal: Calibration) -> tuple[int, dict | None]:
     """Follow the ranks through ``cases``; (cases finished, the fault record of the one blamed or None)."""
     ws = len(procs)
     done, started = 0, time.monotonic()
@@ -78,7 +89,7 @@ def _watch(procs: list[subprocess.Popen[bytes]], work: Path, cases: list[dict[st
             done, started = done + 1, time.monotonic()
             continue
         begun = any(e["case"] == case["id"] and e["event"] == "start" for lg in logs for e in lg)
-        limit = case["deadline"] if begun else STARTUP_DEADLINE + case["deadline"]
+        limit = case["deadline"] * cal.slowdown + (0.0 if begun else _startup(cal))
         for r, p in enumerate(procs):
             if p.poll() is not None and r not in finished and r not in dies:
                 # the log was read before the exit was seen: a rank that wrote its result and then
@@ -101,14 +112,18 @@ def _run_batch(base: dict[str, Any], world_size: int, cases: list[dict[str, Any]
 
     import torch.distributed as dist
 
-    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=dt.timedelta(seconds=60))
+    cal = current()
+    rendezvous = max(RENDEZVOUS_TIMEOUT, _startup(cal))
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                          timeout=dt.timedelta(seconds=rendezvous))
     if work.exists():  # progress files of an earlier run would read as this run's results
         shutil.rmtree(work)
     work.mkdir(parents=True)
-    spec = {**base, "port": store.port, "world_size": world_size, "cases": cases, "work": str(work)}
+    spec = {**base, "port": store.port, "world_size": world_size, "cases": cases, "work": str(work),
+            "rendezvous_s": rendezvous}
     procs = _spawn(spec, work, world_size)
     try:
-        return _watch(procs, work, cases)
+        return _watch(procs, work, cases, cal)
     finally:
         _stop(procs)
         del store

@@ -130,7 +130,8 @@ def main(argv: list[str]) -> int:
 
     from .collectives import Ctx
 
-    base = dist.TCPStore("127.0.0.1", spec["port"], is_master=False, timeout=dt.timedelta(seconds=60))
+    base = dist.TCPStore("127.0.0.1", spec["port"], is_master=False,
+                         timeout=dt.timedelta(seconds=float(spec.get("rendezvous_s", 60.0))))
     ctx = Ctx(rank=rank, world_size=spec["world_size"], device=adapter.device(), c10d=c10d)
     for case in spec["cases"]:
         _emit(progress, {"case": case["id"], "event": "start", "t": time.time()})
