@@ -211,11 +211,15 @@ class IsolationTest(unittest.TestCase):
         self.assertIs(crashed.check("rng").result, FAIL)
         self.assertIn("killed by SIGSEGV", crashed.check("rng").evidence)
         self.assertIs(crashed.check("stream_order").result, PASS)
+        from opmatrix.probes.runner.calibrate import calibrate
+
+        cal = calibrate("refaccel")
+        limit = 15 * cal.slowdown  # short for a hang, yet as long on a loaded machine as 15 s on an idle one
         with mock.patch.dict(os.environ, {"OPMATRIX_REFACCEL_FAULT": "hang:aten::uniform_"}):
-            hung = runtime_from_records(run_checks("refaccel", None, names, check_deadline=15))
-        self.assertIn("hung: no result within 15 s (the worker was killed), again when retried in a fresh worker",
-                      hung.check("rng").evidence)
-        self.assertIn("deadline 15 s (calibrated: plain child", hung.check("rng").evidence)
+            hung = runtime_from_records(run_checks("refaccel", None, names, check_deadline=limit, calibration=cal))
+        self.assertIn(f"hung: no result within {limit:.0f} s (the worker was killed), again when retried in a "
+                      "fresh worker", hung.check("rng").evidence)
+        self.assertIn(f"deadline {limit:.0f} s (calibrated: plain child", hung.check("rng").evidence)
         self.assertIs(hung.check("stream_order").result, PASS)
 
     def test_poisoned_device_gets_a_new_worker(self) -> None:
