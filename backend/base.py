@@ -252,6 +252,23 @@ class Adapter:
         if callable(sync):
             sync()
 
+    def new_stream(self) -> Any:
+        """A context manager in which this device's current stream is a new stream (to tell a
+        poisoned stream from a poisoned context), or None when the backend offers no streams
+        (``torch.<device_type>.Stream`` and ``.stream``)."""
+        import torch
+
+        mod = getattr(torch, self.device_type, None)
+        make, use = getattr(mod, "Stream", None), getattr(mod, "stream", None)
+        if self.is_host or not callable(make) or not callable(use):
+            return None
+        return use(make(self.device()))
+
+    def reset_device(self, index: int) -> str | None:
+        """The run's reset hook: reset a device a fault left unusable (what an operator's device
+        reset does) and say what was done; None when the backend offers no reset."""
+        return None
+
     # -- identity ----------------------------------------------------------------------------
 
     def identity(self) -> BackendId:

@@ -161,6 +161,12 @@ class RefaccelAdapter(Adapter):
             return f"refaccel context poisoned: {reason}"
         return super().health_check()
 
+    def reset_device(self, index: int) -> str | None:
+        """Reset a device a ``poison-device`` fault left unavailable (:mod:`.devicestate`)."""
+        from . import runtime
+
+        return runtime.reset_device(index)
+
     def compile_backend(self) -> Any:
         """``"refaccel"`` (registered with torch._dynamo on first use)."""
         from .compile import register_compile_backend

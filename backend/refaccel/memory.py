@@ -134,6 +134,8 @@ def storage_bytes(size: Sequence[int], stride: Sequence[int], itemsize: int) -> 
 def allocate(nbytes: int, dtype: torch.dtype, index: int) -> torch.Tensor:
     """A 1-D device tensor of ``dtype`` over a fresh block of at least ``nbytes``."""
     runtime.ensure_ready()
+    if not runtime._STATE.ready:
+        runtime.check_device(index, streams=False)  # allocation is not stream-ordered
     itemsize = _itemsize(dtype)
     numel = -(-nbytes // itemsize)
     if numel == 0:
