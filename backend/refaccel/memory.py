@@ -62,11 +62,13 @@ class _Pool:
                 self.release_cache()
             if self.reserved + size > self.capacity:
                 self.num_ooms += 1
+                status = runtime.RefaccelDriverError(f"refaccel driver: allocation of {size} bytes on refaccel:{self.index} "
+                                                     "failed", "REFACCEL_ERROR_OUT_OF_MEMORY (2)")
                 raise torch.OutOfMemoryError(
                     f"refaccel: out of memory on refaccel:{self.index}: tried to allocate {_human(size)}; "
                     f"capacity {_human(self.capacity)}, {_human(self.allocated)} allocated, "
                     f"{_human(self.reserved)} reserved, {_human(self.capacity - self.reserved)} free"
-                )
+                ) from status
             block = torch.empty(size, dtype=torch.uint8)
             self.reserved += size
             self.peak_reserved = max(self.peak_reserved, self.reserved)

@@ -111,6 +111,14 @@ class RefaccelDeviceError(RuntimeError):
     status = "REFACCEL_ERROR_DEVICE_UNAVAILABLE (46)"
 
 
+class RefaccelDriverError(RuntimeError):
+    """What the driver reported below a runtime error (kept as its ``__cause__``), with its status code."""
+
+    def __init__(self, message: str, status: str):
+        super().__init__(f"{message}: {status}")
+        self.status = status
+
+
 class _State:
     """Process-wide runtime state; ``ready`` is the one flag the hot path reads."""
 
