@@ -27,6 +27,8 @@ from typing import Any
 
 from opmatrix.schema import BackendId, DeviceInfo, FallbackState
 
+from .initmodes import InitFailureMode
+
 __all__ = ["REFUSALS", "Adapter", "FallbackSeen", "Refusal", "Rejection", "bringup_check", "dtype_named",
            "refusal_of"]
 
@@ -263,6 +265,10 @@ class Adapter:
         if self.is_host or not callable(make) or not callable(use):
             return None
         return use(make(self.device()))
+
+    def init_failure_modes(self) -> tuple[InitFailureMode, ...]:
+        """How to make initialisation fail on purpose (:mod:`.initmodes`); none by default."""
+        return ()
 
     def reset_device(self, index: int) -> str | None:
         """The run's reset hook: reset a device a fault left unusable (what an operator's device

@@ -32,8 +32,8 @@ from .distributed import Distributed
 from .enums import (
     DType,
     ExecPath,
-    FaultScope,
     FallbackState,
+    FaultScope,
     Layout,
     Mode,
     Outcome,

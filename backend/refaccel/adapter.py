@@ -21,6 +21,7 @@ from typing import Any
 from opmatrix.schema import DeviceInfo, FallbackState
 
 from ..base import Adapter, FallbackSeen
+from ..initmodes import InitFailureMode
 
 __all__ = ["RefaccelAdapter"]
 
@@ -160,6 +161,17 @@ class RefaccelAdapter(Adapter):
         if reason is not None:
             return f"refaccel context poisoned: {reason}"
         return super().health_check()
+
+    def init_failure_modes(self) -> tuple[InitFailureMode, ...]:
+        """The four driver conditions ``OPMATRIX_REFACCEL_DRIVER`` simulates, with the words each
+        message carries."""
+        env = "OPMATRIX_REFACCEL_DRIVER"
+        return (
+            InitFailureMode("driver_mismatch", ((env, "incompatible"),), "unsupported_driver", ("driver", "older")),
+            InitFailureMode("missing_driver", ((env, "missing"),), "missing_driver", ("driver", "not loaded")),
+            InitFailureMode("device_busy", ((env, "busy"),), "device_busy", ("busy", "tenant")),
+            InitFailureMode("device_reset", ((env, "reset"),), "device_reset", ("reset",)),
+        )
 
     def reset_device(self, index: int) -> str | None:
         """Reset a device a ``poison-device`` fault left unavailable (:mod:`.devicestate`)."""

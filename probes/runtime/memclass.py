@@ -121,9 +121,10 @@ def _receive(tensor: Any, answers: Any) -> None:
 def check_ipc_sharing(probe: Probe) -> Verdict:
     """A device tensor passed to a spawned process through ``torch.multiprocessing`` arrives
     with its values (the child reads it on the device)."""
+    from multiprocessing.reduction import ForkingPickler
+
     import torch
     import torch.multiprocessing  # noqa: F401 - registers the tensor reductions
-    from multiprocessing.reduction import ForkingPickler
 
     if probe.host:
         return not_applicable(f"{_HOST}: host tensors are shared through shared memory, no device memory to share")
