@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -44,14 +45,20 @@ class RefaccelAdapter(Adapter):
 
     def preflight(self) -> list[str]:
         """``OPMATRIX_REFACCEL_FAULT`` must name known modes and overloads that exist, and
-        ``OPMATRIX_REFACCEL_DEVICES`` / ``OPMATRIX_REFACCEL_BAD_DEVICE`` be well formed."""
+        ``OPMATRIX_REFACCEL_DEVICES`` / ``OPMATRIX_REFACCEL_BAD_DEVICE`` be well formed. A run
+        that injects ``poison-device`` gets a device-state folder of its own."""
         from . import runtime
+        from .devicestate import STATE_ENV
         from .faults import BAD_ENV, check_bad_device, check_spec
 
         problems = check_spec(os.environ.get("OPMATRIX_REFACCEL_FAULT", ""))
         count, problem = runtime.configured_devices()
         problems += [problem] if problem else []
         problems += check_bad_device(os.environ.get(BAD_ENV, ""))
+        if "poison-device:" in os.environ.get("OPMATRIX_REFACCEL_FAULT", "") and not os.environ.get(STATE_ENV):
+            # a device fault outlives its process: this run's marks live in a folder of its own,
+            # which its workers inherit (never seen by another run on this machine)
+            os.environ[STATE_ENV] = tempfile.mkdtemp(prefix="opmatrix-refaccel-state-")
         return problems
 
     def setup(self) -> None:

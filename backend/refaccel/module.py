@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from . import basics, compile_cache, memclass, memory, rng, runtime, streams
+from . import basics, compile_cache, graphs, memclass, memory, rng, runtime, streams
 from .table import storable_dtypes
 
 __all__ = ["RefaccelModule", "DeviceProperties"]
@@ -61,6 +61,8 @@ class RefaccelModule:
     manual_seed_all = staticmethod(rng.manual_seed_all)
     OutOfMemoryError = torch.OutOfMemoryError
     can_device_access_peer = staticmethod(memclass.can_device_access_peer)
+    Graph = graphs.Graph
+    graph = staticmethod(graphs.graph)
     compile_cache_identity = staticmethod(compile_cache.identity)
     compile_cache_stats = staticmethod(compile_cache.stats)
     #: an environment option that changes the code the compiler generates (part of the identity)
