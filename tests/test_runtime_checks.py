@@ -42,8 +42,21 @@ class RefaccelDoctorTest(unittest.TestCase):
         code, runtime, _ = refaccel_doctor()
         self.assertEqual(code, 0, [(c.name, c.evidence) for c in runtime.checks if c.result is not PASS])
         self.assertEqual([c.name for c in runtime.checks], [c.name for c in CATALOG])
-        self.assertEqual({c.result for c in runtime.checks}, {PASS})
-        self.assertEqual({c.level for c in runtime.checks}, {0, 1})
+        # refaccel's storages have no inter-process handle: the one check that does not apply, saying so
+        self.assertEqual({c.name: c.result for c in runtime.checks if c.result is not PASS}, {"ipc_sharing": NA})
+        self.assertIn("refaccel storages have no inter-process handle", runtime.check("ipc_sharing").evidence)
+        self.assertEqual({c.level for c in runtime.checks}, {0, 1, 4})
+        self.assertEqual(runtime.check("identity").level, 1)  # docs/levels.md: level 0 is import, driver, count, select
+
+    def test_round_two_checks_rest_on_evidence(self) -> None:
+        _, rt, _ = refaccel_doctor()
+        self.assertIn("REFACCEL_ERROR_OUT_OF_MEMORY (2)", rt.check("error_cause").evidence)
+        self.assertIn("changed ['fast_math'] and recompiled; restored: a hit", rt.check("compile_cache_identity").evidence)
+        self.assertIn("refaccel:1: copies both ways right, can_device_access_peer True", rt.check("peer_access").evidence)
+        self.assertIn("priority range (least 0, greatest -2)", rt.check("stream_priority").evidence)
+        self.assertIn("is_pinned True; pageable False", rt.check("pinned_memory").evidence)
+        self.assertIn("replayed on new values", rt.check("graph_replay").evidence)
+        self.assertIn("completed in", rt.check("stream_cycle").evidence)
 
     def test_fast(self) -> None:
         _, _, seconds = refaccel_doctor()
@@ -132,8 +145,12 @@ class CpuTest(unittest.TestCase):
         self.assertEqual([c.name for c in rt.checks], [c.name for c in CATALOG])
         bad = [(c.name, c.evidence) for c in rt.checks if c.result not in (PASS, NA)]
         self.assertEqual(bad, [])
-        for name in ("driver", "init_messages", "stream_order", "event_elapsed_time", "oom", "memory_stats"):
+        for name in ("driver", "init_messages", "stream_order", "event_elapsed_time", "oom", "memory_stats",
+                     "pinned_memory", "peer_access", "ipc_sharing", "stream_cycle", "stream_priority", "graph_replay",
+                     "error_cause", "compile_cache_identity"):
             self.assertIs(rt.check(name).result, NA, name)
+        self.assertIn("torch.cpu exposes no persistent compile cache", rt.check("compile_cache_identity").evidence)
+        self.assertIs(rt.check("dlpack").result, PASS)
         for name in ("allocation", "views", "conversion", "serialization", "rng", *PROCESS_CHECKS):
             self.assertIs(rt.check(name).result, PASS, name)
         self.assertIn("11 default dtypes (the runtime claims none)", rt.check("views").evidence)
