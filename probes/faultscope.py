@@ -61,16 +61,16 @@ def after_error(adapter: Adapter) -> ScopeFinding:
     return ScopeFinding(FaultScope.unknown, (_said("same stream", problem),))
 
 
-def _on_new_stream(adapter: Adapter) -> str | None | bool:
-    """The bring-up check on a new stream; False when the backend offers no streams."""
+def _on_new_stream(adapter: Adapter) -> tuple[bool, str | None]:
+    """(whether the backend offers streams, the bring-up check's problem on a new one)."""
     try:
         scope = adapter.new_stream()
     except Exception as exc:  # noqa: BLE001 - creating a stream failed: that is the finding
-        return f"creating a stream failed: {type(exc).__name__}: {str(exc)[:200]}"
+        return True, f"creating a stream failed: {type(exc).__name__}: {str(exc)[:200]}"
     if scope is None:
-        return False
+        return False, "no stream objects"
     with scope:
-        return bringup_check(adapter.device())
+        return True, bringup_check(adapter.device())
 
 
 def _other_devices(adapter: Adapter) -> list[int]:
@@ -91,10 +91,10 @@ def observe(adapter: Adapter, backend: str | None, keepalive: Callable[[], None]
     if problem is None:
         return ScopeFinding(FaultScope.operation, tuple(evidence))
     keepalive()
-    fresh = _on_new_stream(adapter)
-    evidence.append("new stream: not checked (the backend offers no stream objects)" if fresh is False
-                    else _said("new stream", fresh or None))
-    if fresh is None:
+    offered, fresh = _on_new_stream(adapter)
+    evidence.append(_said("new stream", fresh) if offered
+                    else "new stream: not checked (the backend offers no stream objects)")
+    if offered and fresh is None:
         return ScopeFinding(FaultScope.stream, tuple(evidence))
     others = _other_devices(adapter)
     here = None
