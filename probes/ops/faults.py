@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Literal, TypeAlias, Union
 
 from opmatrix.backend.base import Rejection, dtype_named
-from opmatrix.probes.faultscope import ScopeFinding, after_error, after_restart, cause_chain
+from opmatrix.probes.runner.faultscope import ScopeFinding, after_error, after_restart, cause_chain
 from opmatrix.probes.runner import Skip, WorkerPoisoned
 from opmatrix.schema import ErrorInfo, ExecPath, FaultScope, Mode, OpName, Outcome, UnitId
 

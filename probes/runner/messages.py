@@ -83,7 +83,7 @@ class Poisoned:
     task_id: str
     unit: str | None
     message: str
-    #: the fault's scope and the checks it rests on (:mod:`opmatrix.probes.faultscope`)
+    #: the fault's scope and the checks it rests on (:mod:`opmatrix.probes.runner.faultscope`)
     scope: str | None = None
     scope_evidence: tuple[str, ...] = ()
 

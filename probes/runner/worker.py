@@ -308,7 +308,7 @@ def _poisoned(ctx: WorkerContext, board: UnitBoard, task_id: str, unit: str | No
     """The message for a device found unusable, with how far the fault reached: the worker looks
     (same stream, new stream, other device, fresh process) before it exits, re-posting ``unit`` so
     the runner's deadline for it does not pass while it looks."""
-    from opmatrix.probes.faultscope import observe
+    from opmatrix.probes.runner.faultscope import observe
 
     def keepalive() -> None:
         if unit is not None:

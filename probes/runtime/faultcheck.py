@@ -2,7 +2,7 @@
 
 ``error_cause``: a runtime error provoked on purpose (an allocation far over capacity) must keep
 what lies below the framework exception: the runtime's own status or code, or the lower error as
-its cause (``raise ... from ...``), as :func:`opmatrix.probes.faultscope.cause_chain` records it
+its cause (``raise ... from ...``), as :func:`opmatrix.probes.runner.faultscope.cause_chain` records it
 in every fault record. ``compile_cache_identity``: a persistent compile cache must reuse code when
 nothing it depends on changed and recompile when an input of its identity changed::
 
@@ -17,7 +17,7 @@ import random
 from typing import Any
 
 from opmatrix.backend.base import bringup_check
-from opmatrix.probes.faultscope import cause_chain
+from opmatrix.probes.runner.faultscope import cause_chain
 
 from .context import Probe
 from .spec import Verdict, failed, not_applicable, passed

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from opmatrix.probes.faultscope import after_restart
+from opmatrix.probes.runner.faultscope import after_restart
 from opmatrix.probes.runner import Skip, Task, WorkerContext
 from opmatrix.schema import CheckResult, FallbackState, FaultOutcome, FaultScope, Outcome
 from opmatrix.schema.workloads import (

@@ -12,7 +12,7 @@ the fault's :class:`~opmatrix.schema.FaultScope`::
 Each check is the bring-up check every backend has first (allocate, copy to the device and back,
 :func:`opmatrix.backend.base.bringup_check`), never an arithmetic op that may be the one that
 faulted. The checks made and what they found are the evidence. A fresh process is a child
-running :func:`main` (``python -m opmatrix.probes.faultscope BACKEND GENERATION INDEX``) with a
+running :func:`main` (``python -m opmatrix.probes.runner.faultscope BACKEND GENERATION INDEX``) with a
 deadline; a device found unusable in a fresh process is reset with the adapter's reset hook
 (:meth:`~opmatrix.backend.base.Adapter.reset_device`) so that the run can go on, and the reset is
 part of the evidence.
@@ -149,7 +149,7 @@ def after_restart(adapter: Adapter, device: int | None) -> ScopeFinding:
 
 def fresh_process(spec: str, adapter: Adapter, index: int, keepalive: Callable[[], None] = lambda: None) -> str | None:
     """The bring-up check on device ``index`` in a new process; None when it passes."""
-    cmd = [sys.executable, "-m", "opmatrix.probes.faultscope", spec, adapter.generation or "-", str(index)]
+    cmd = [sys.executable, "-m", "opmatrix.probes.runner.faultscope", spec, adapter.generation or "-", str(index)]
     try:
         child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                  env=dict(os.environ), start_new_session=True)
