@@ -21,8 +21,8 @@ from collections.abc import Callable, Mapping
 from typing import Literal, TypeAlias, Union
 
 from opmatrix.backend.base import Rejection, dtype_named
-from opmatrix.probes.runner.faultscope import ScopeFinding, after_error, after_restart, cause_chain
 from opmatrix.probes.runner import Skip, WorkerPoisoned
+from opmatrix.probes.runner.faultscope import ScopeFinding, after_error, after_restart, cause_chain
 from opmatrix.schema import ErrorInfo, ExecPath, FaultScope, Mode, OpName, Outcome, UnitId
 
 from .cells import SampleResult

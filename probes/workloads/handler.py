@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from opmatrix.probes.runner.faultscope import after_restart
 from opmatrix.probes.runner import Skip, Task, WorkerContext
+from opmatrix.probes.runner.faultscope import after_restart
 from opmatrix.schema import CheckResult, FallbackState, FaultOutcome, FaultScope, Outcome
 from opmatrix.schema.workloads import (
     CompileCache,
