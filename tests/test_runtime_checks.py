@@ -77,8 +77,8 @@ class RefaccelLevel0Test(unittest.TestCase):
 
     def test_init_failures_name_their_causes(self) -> None:
         evidence = refaccel_doctor()[1].check("init_messages").evidence
-        for phrase in ("incompatible -> unsupported driver version", "busy -> device busy",
-                       "missing -> driver or firmware missing", "reset -> device in reset"):
+        for phrase in ("driver_mismatch -> unsupported driver version", "device_busy -> device busy",
+                       "missing_driver -> driver or firmware missing", "device_reset -> device in reset"):
             self.assertIn(phrase, evidence)
 
     def test_api_coverage_says_which_path(self) -> None:

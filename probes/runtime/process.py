@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -300,7 +301,7 @@ def case_init_messages(env: CaseEnv) -> Verdict:
         elif lacking:
             problems.append(f"{mode.mode}: message lacks {', '.join(map(repr, lacking))}: {res.message}")
         else:
-            seen.append(f"{mode.mode} -> {cause.title}: {res.message[:160]}")
+            seen.append(f"{mode.mode} -> {cause.title}: {textwrap.shorten(res.message, 200, placeholder=' ...')}")
     if problems:
         return failed("; ".join(problems), "each initialisation failure must say what failed: driver version, "
                       "device busy, reset, missing firmware")
