@@ -211,6 +211,8 @@ class IsolationTest(unittest.TestCase):
             rt = runtime_from_records(run_checks("refaccel", None, ["rng", "stream_order"]))
         self.assertIs(rt.check("rng").result, FAIL)
         self.assertIn("the device was unusable afterwards (refaccel context poisoned", rt.check("rng").evidence)
+        self.assertIn("fault scope context (same stream: fails", rt.check("rng").evidence)
+        self.assertIn("a fresh process on device 0: works", rt.check("rng").evidence)
         self.assertIs(rt.check("stream_order").result, PASS)
 
 
