@@ -27,6 +27,8 @@ from typing import Any
 
 from opmatrix.schema import BackendId, DeviceInfo, FallbackState
 
+from .initmodes import InitFailureMode
+
 __all__ = ["REFUSALS", "Adapter", "FallbackSeen", "Refusal", "Rejection", "bringup_check", "dtype_named",
            "refusal_of"]
 
@@ -251,6 +253,27 @@ class Adapter:
         sync = getattr(mod, "synchronize", None)
         if callable(sync):
             sync()
+
+    def new_stream(self) -> Any:
+        """A context manager in which this device's current stream is a new stream (to tell a
+        poisoned stream from a poisoned context), or None when the backend offers no streams
+        (``torch.<device_type>.Stream`` and ``.stream``)."""
+        import torch
+
+        mod = getattr(torch, self.device_type, None)
+        make, use = getattr(mod, "Stream", None), getattr(mod, "stream", None)
+        if self.is_host or not callable(make) or not callable(use):
+            return None
+        return use(make(self.device()))
+
+    def init_failure_modes(self) -> tuple[InitFailureMode, ...]:
+        """How to make initialisation fail on purpose (:mod:`.initmodes`); none by default."""
+        return ()
+
+    def reset_device(self, index: int) -> str | None:
+        """The run's reset hook: reset a device a fault left unusable (what an operator's device
+        reset does) and say what was done; None when the backend offers no reset."""
+        return None
 
     # -- identity ----------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from opmatrix.schema import DeviceInfo, FallbackState
 from opmatrix.schema.userref import import_failure, import_user_module
 
 from .base import Adapter, FallbackSeen
+from .initmodes import InitFailureMode, modes_from_module
 
 #: the ops a PrivateUse1 device cannot make a tensor without
 _ALLOCATORS = ("aten::empty.memory_format", "aten::empty_strided")
@@ -212,6 +213,13 @@ class PrivateUse1Adapter(Adapter):
 
         import_user_module(self.module)
         self.device_type = torch._C._get_privateuse1_backend_name()
+
+    def init_failure_modes(self) -> tuple[InitFailureMode, ...]:
+        """The modes the module declares in ``OPMATRIX_INIT_FAILURE_MODES`` (:mod:`.initmodes`)."""
+        import sys
+
+        import_user_module(self.module)
+        return modes_from_module(sys.modules[self.module])
 
     def preflight(self) -> list[str]:
         """The module imports and registers a PrivateUse1 device: a name and an allocator kernel."""

@@ -56,6 +56,7 @@ from .cells import CellIndex, CellKey
 from .compat import evaluate_compat
 from .distributed import distributed_baseline_check, distributed_count_check, evaluate_distributed
 from .evidence import identity_mismatch, identity_problems, named
+from .faultscope import evaluate_fault_scope
 from .improvements import find_improvements, improvement_yaml
 from .perf import evaluate_perf
 from .requirements import claimed_keys, evaluate_check, evaluate_operators
@@ -112,7 +113,7 @@ def _matrix_parts(req: LevelRequirement, level: int, blocking: bool, ev: _Eviden
     matrix, index, contract, book = ev.matrix, ev.index, ev.contract, ev.book
     out: list[RequirementResult] = []
     if matrix is None or index is None:
-        if req.checks or req.operators or req.distributed is not None or req.workloads:
+        if req.checks or req.operators or req.distributed is not None or req.workloads or req.max_fault_scope:
             out.append(_unknown(f"L{level}.matrix", level, "level", f"level {level}: {LEVEL_NAMES[level]}", blocking,
                                 "its checks, operators, workloads or distributed cases need a matrix (--matrix): "
                                 "unproven"))
@@ -128,6 +129,8 @@ def _matrix_parts(req: LevelRequirement, level: int, blocking: bool, ev: _Eviden
         out.append(
             evaluate_operators(op_req, rid=rid, level=level, blocking=blocking, contract=contract, index=index, book=book)
         )
+    if req.max_fault_scope is not None:
+        out.append(evaluate_fault_scope(req, rid=f"L{level}.fault_scope", level=level, blocking=blocking, matrix=matrix))
     if req.distributed is not None:
         out.append(evaluate_distributed(req.distributed, rid=f"L{level}.distributed.{_slug(req.distributed.name or 'all')}",
                                         level=level, blocking=blocking, matrix=matrix))

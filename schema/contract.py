@@ -31,7 +31,7 @@ from pydantic import BeforeValidator, ConfigDict, Field, model_validator
 
 from .base import Model, Name, RankRange, Text
 from .distributed import DistributedRequirement
-from .enums import DType, ExecPath, FallbackPolicy, FlakyPolicy, Layout, Mode
+from .enums import DType, ExecPath, FallbackPolicy, FaultScope, FlakyPolicy, Layout, Mode
 from .perf import CompatRequirement, PerfRequirement
 from .workloads import WorkloadRequirement
 
@@ -151,6 +151,9 @@ class LevelRequirement(Model):
     distributed: DistributedRequirement | None = Field(default=None, description="level 5: distributed cases")
     perf: PerfRequirement | None = Field(default=None, description="level 6: records vs the baseline's")
     compat: CompatRequirement | None = Field(default=None, description="level 7: the promised version window")
+    max_fault_scope: FaultScope | None = Field(
+        default=None, description="the widest scope a fault of this level's operators may reach (operation, stream, ...)"
+    )
     description: Text | None = None
 
 

@@ -104,6 +104,24 @@ class FaultOutcome(TextEnum):
         return self in PROCESS_FAULTS
 
 
+class FaultScope(_Ordered):
+    """How far a fault reached, decided by what still worked afterwards (narrowest first).
+
+    After a fault the probe tries, in order: the same stream, a new stream, another device in
+    this process, a fresh process on the same device (and on another device). The first that
+    works bounds the scope: the same stream works -> ``operation``; a new stream -> ``stream``;
+    a fresh process on the same device -> ``context``; only another device -> ``device``;
+    nothing on the node -> ``node``; ``unknown`` when the checks could not tell.
+    """
+
+    operation = "operation"
+    stream = "stream"
+    context = "context"
+    device = "device"
+    node = "node"
+    unknown = "unknown"
+
+
 #: faults after which the worker process is replaced; a run with any of them exits 1
 PROCESS_FAULTS = frozenset({FaultOutcome.crashed, FaultOutcome.hung, FaultOutcome.poisoned})
 

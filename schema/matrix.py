@@ -33,6 +33,7 @@ from .enums import (
     DType,
     ExecPath,
     FallbackState,
+    FaultScope,
     Layout,
     Mode,
     Outcome,
@@ -89,6 +90,15 @@ class ErrorInfo(Model):
     message: Message
     actionable: bool = Field(description="names the op and the dtype or device")
     signal: str | None = None
+    fault_scope: FaultScope | None = Field(
+        default=None, description="how far a fault reached (what still worked afterwards); None: no fault"
+    )
+    scope_evidence: list[Message] = Field(
+        default_factory=list, description="the checks made after the fault, in order, with their results"
+    )
+    cause: list[Message] = Field(
+        default_factory=list, description="the exception chain below the message, outermost first, with the runtime's status codes"
+    )
 
 
 class FallbackEvidence(Model):

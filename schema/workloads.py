@@ -24,7 +24,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, ConfigDict, Field
 
 from .base import Message, Model
-from .enums import CheckResult, DType, FallbackState, Mode, Outcome, TextEnum
+from .enums import CheckResult, DType, FallbackState, FaultScope, Mode, Outcome, TextEnum
 
 __all__ = ["WorkloadStep", "StepResult", "HostFallback", "CompileCache", "CompileStats", "WorkloadResult", "WorkloadRecord",
            "WorkloadRequirement", "WorkloadList"]
@@ -118,6 +118,7 @@ class WorkloadResult(Model):
     to_device_seconds: float | None = Field(default=None, ge=0)
     compile: CompileStats | None = None
     error: Message | None = None
+    fault_scope: FaultScope | None = Field(default=None, description="how far a fault reached (what still worked after it)")
 
     def key(self) -> tuple[str, str, str]:
         """(workload, dtype, mode): unique in a matrix."""

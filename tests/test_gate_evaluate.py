@@ -235,3 +235,31 @@ def test_improvements_listed_with_contract_lines() -> None:
     claimed = contract(reqs + [OperatorRequirement.model_validate(line) for line in lines], fallback="forbidden")
     again = _evaluate(m, claimed)
     assert again.verdict is Verdict.passed and again.improvements == [] and again.improvement_yaml == ""
+
+
+def _with_scope(e, scope: str | None):
+    """``e`` with its error's fault scope set (None: not recorded)."""
+    from opmatrix.schema import FaultScope
+
+    return e.model_copy(update={"error": e.error.model_copy(update={"fault_scope": FaultScope(scope) if scope else None})})
+
+
+def test_max_fault_scope_blocks_a_wider_fault() -> None:
+    """A level bounding faults to one operation blocks a fault that poisoned the device, and an
+    unrecorded scope (it cannot show it stayed within the bound); narrower faults pass."""
+    narrow = _with_scope(entry(("float32",), (1, 1), outcome="error", error="launch failed"), "operation")
+    wide = _with_scope(entry(("float32",), (2, 2), outcome="poisoned", error="device unusable"), "device")
+    m = matrix({"aten.mul.Tensor": [narrow, wide], "aten.add.Tensor": [entry(("float32",), (1, 3))]})
+    bounded = LevelRequirement(level=2, max_fault_scope="operation", operators=[op_req(["aten.mul.Tensor"])])
+    c = contract([], extra_levels=[])
+    c = c.model_copy(update={"requirements": [*c.requirements[:2], bounded]})
+    result = _evaluate(m, c)
+    req = _req(result, "L2.fault_scope")
+    assert req.status is Status.failed and req.blocking and req.checked == 2 and req.failed == 1
+    assert [c.reason for c in req.cells] == ["poisoned with fault scope device (allowed: operation or narrower)"]
+    loose = LevelRequirement(level=2, max_fault_scope="device", operators=[op_req(["aten.mul.Tensor"])])
+    ok = _req(_evaluate(m, c.model_copy(update={"requirements": [*c.requirements[:2], loose]})), "L2.fault_scope")
+    assert ok.status is Status.passed and ok.message == "2 entries, 2 faulted, each fault within scope device"
+    unrecorded = matrix({"aten.mul.Tensor": [_with_scope(wide, None)]})
+    none = _req(_evaluate(unrecorded, c), "L2.fault_scope")
+    assert none.status is Status.failed and "fault scope not recorded" in none.cells[0].reason

@@ -179,5 +179,113 @@ class SerializationTest(unittest.TestCase):
         self.assertEqual(loaded["view"].storage_offset(), 2)
 
 
+class FaultScopeModesTest(unittest.TestCase):
+    """Each injected fault mode leaves exactly its scope unusable: the call, its stream, its device."""
+
+    def tearDown(self) -> None:
+        from opmatrix.backend.refaccel import faults
+
+        faults.clear_faults()
+
+    def test_fail_leaves_everything_usable(self) -> None:
+        from opmatrix.backend.refaccel import faults
+
+        x = torch.ones(4, device="refaccel:0")
+        faults.inject_fault("fail", "aten::mul.Tensor")
+        with self.assertRaisesRegex(RuntimeError, "kernel launch failed") as raised:
+            x * x
+        self.assertEqual(raised.exception.status, "REFACCEL_ERROR_LAUNCH_FAILED (719)")
+        self.assertIn("firmware record", str(raised.exception.__cause__))
+        faults.clear_faults()
+        self.assertEqual((x * 3).cpu().tolist(), [3.0] * 4)
+
+    def test_poison_stream_spares_other_streams(self) -> None:
+        from opmatrix.backend.refaccel import faults, runtime
+
+        x = torch.ones(4, device="refaccel:0")
+        bad = torch.refaccel.Stream(0)
+        faults.inject_fault("poison-stream", "aten::mul.Tensor")
+        with torch.refaccel.stream(bad):
+            with self.assertRaises(runtime.RefaccelStreamError):
+                x * x
+            faults.clear_faults()
+            with self.assertRaisesRegex(RuntimeError, f"stream {bad.stream_id} on refaccel:0 is unusable"):
+                x + 1
+        with torch.refaccel.stream(torch.refaccel.Stream(0)):
+            self.assertEqual((x + 1).cpu().tolist(), [2.0] * 4)
+        self.assertEqual((x + 2).cpu().tolist(), [3.0] * 4)  # the default stream too
+
+    def test_poison_device_outlives_the_process_until_reset(self) -> None:
+        import os
+        import subprocess
+        import sys
+        import tempfile
+        from unittest import mock
+
+        from opmatrix.backend.refaccel import faults, runtime
+
+        fresh = ("import opmatrix.backend.refaccel as r, torch; r.install(); torch.refaccel.init()\n"
+                 "try:\n    torch.ones(2, device='refaccel:1').cpu(); print('works')\n"
+                 "except RuntimeError as e:\n    print('fails', e)")
+        with tempfile.TemporaryDirectory() as state, mock.patch.dict(os.environ, {"OPMATRIX_REFACCEL_STATE_DIR": state}):
+            x = torch.ones(4, device="refaccel:1")
+            faults.inject_fault("poison-device", "aten::mul.Tensor")
+            with torch.refaccel.device(1), self.assertRaises(runtime.RefaccelDeviceError):
+                x * x
+            faults.clear_faults()
+            self.assertEqual((torch.ones(2, device="refaccel:0") + 1).cpu().tolist(), [2.0, 2.0])  # device 0 works
+            with self.assertRaisesRegex(RuntimeError, "refaccel:1 is unavailable"):
+                torch.ones(2, device="refaccel:1")
+            child = subprocess.run([sys.executable, "-c", fresh], capture_output=True, text=True, timeout=300)
+            self.assertIn("fails", child.stdout, child.stderr)
+            self.assertIn("refaccel:1 reset", runtime.reset_device(1))
+            child = subprocess.run([sys.executable, "-c", fresh], capture_output=True, text=True, timeout=300)
+            self.assertEqual(child.stdout.strip(), "works", child.stderr)
+            self.assertEqual((torch.ones(2, device="refaccel:1") * 2).cpu().tolist(), [2.0, 2.0])
+
+
+class MemoryClassesTest(unittest.TestCase):
+    """Pinned host memory, peer access, stream priorities, graph replay, the compile cache's identity."""
+
+    def test_pinned_memory_and_peer_copies(self) -> None:
+        host = torch.arange(8.0)
+        pinned = host.pin_memory()
+        self.assertTrue(pinned.is_pinned())
+        self.assertFalse(host.is_pinned())
+        dev = torch.empty(8, device="refaccel:0")
+        dev.copy_(pinned, non_blocking=True)
+        torch.refaccel.synchronize()
+        self.assertTrue(torch.refaccel.can_device_access_peer(0, 1))
+        self.assertFalse(torch.refaccel.can_device_access_peer(0, 0))
+        self.assertEqual(dev.to("refaccel:1").cpu().tolist(), host.tolist())
+
+    def test_priorities_clamp_to_the_reported_range(self) -> None:
+        least, greatest = torch.refaccel.Stream.priority_range()
+        self.assertLess(greatest, least)
+        self.assertEqual(torch.refaccel.Stream(priority=greatest - 5).priority, greatest)
+        self.assertEqual(torch.refaccel.Stream(priority=least + 5).priority, least)
+
+    def test_graph_replays_on_new_static_inputs(self) -> None:
+        x = torch.zeros(4, device="refaccel:0")
+        g = torch.refaccel.Graph()
+        with torch.refaccel.graph(g):
+            y = x * 2 + 1
+        x.copy_(torch.arange(4.0))
+        g.replay()
+        self.assertEqual(y.cpu().tolist(), [1.0, 3.0, 5.0, 7.0])
+
+    def test_compile_cache_identity_follows_its_option(self) -> None:
+        import os
+        from unittest import mock
+
+        from opmatrix.backend.refaccel import compile_cache
+
+        before = compile_cache.identity()
+        with mock.patch.dict(os.environ, {compile_cache.OPTION_ENV: "1"}):
+            after = compile_cache.identity()
+        self.assertEqual({k for k in before if before[k] != after[k]}, {"fast_math"})
+        self.assertEqual(sorted(before), ["driver", "fast_math", "generation", "runtime", "stepping", "torch"])
+
+
 if __name__ == "__main__":
     unittest.main()

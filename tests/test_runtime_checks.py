@@ -59,10 +59,24 @@ class RefaccelDoctorTest(unittest.TestCase):
         code, runtime, _ = refaccel_doctor()
         self.assertEqual(code, 0, [(c.name, c.evidence) for c in runtime.checks if c.result is not PASS])
         self.assertEqual([c.name for c in runtime.checks], [c.name for c in CATALOG])
-        # a loaded machine may leave a check undecided (saying so), never failed
-        passed = {c.name for c in runtime.checks if c.result is PASS}
-        self.assertEqual(passed | set(undecided_by_load(runtime)), {c.name for c in CATALOG})
-        self.assertEqual({c.level for c in runtime.checks}, {0, 1})
+        # a loaded machine may leave a check undecided (saying so), never failed; refaccel's storages
+        # have no inter-process handle: the one check that does not apply, saying so
+        undecided = set(undecided_by_load(runtime))
+        self.assertEqual({c.name: c.result for c in runtime.checks if c.result is not PASS and c.name not in undecided},
+                         {"ipc_sharing": NA})
+        self.assertIn("refaccel storages have no inter-process handle", runtime.check("ipc_sharing").evidence)
+        self.assertEqual({c.level for c in runtime.checks}, {0, 1, 4})
+        self.assertEqual(runtime.check("identity").level, 1)  # docs/levels.md: level 0 is import, driver, count, select
+
+    def test_round_two_checks_rest_on_evidence(self) -> None:
+        _, rt, _ = refaccel_doctor()
+        self.assertIn("REFACCEL_ERROR_OUT_OF_MEMORY (2)", rt.check("error_cause").evidence)
+        self.assertIn("changed ['fast_math'] and recompiled; restored: a hit", rt.check("compile_cache_identity").evidence)
+        self.assertIn("refaccel:1: copies both ways right, can_device_access_peer True", rt.check("peer_access").evidence)
+        self.assertIn("priority range (least 0, greatest -2)", rt.check("stream_priority").evidence)
+        self.assertIn("is_pinned True; pageable False", rt.check("pinned_memory").evidence)
+        self.assertIn("replayed on new values", rt.check("graph_replay").evidence)
+        self.assertIn("completed in", rt.check("stream_cycle").evidence)
 
     def test_deadlines_are_calibrated(self) -> None:
         """The deadlines come from the machine measured at the start, and the evidence says which."""
@@ -91,8 +105,8 @@ class RefaccelLevel0Test(unittest.TestCase):
 
     def test_init_failures_name_their_causes(self) -> None:
         evidence = refaccel_doctor()[1].check("init_messages").evidence
-        for phrase in ("incompatible -> unsupported driver version", "busy -> device busy",
-                       "missing -> driver or firmware missing", "reset -> device in reset"):
+        for phrase in ("driver_mismatch -> unsupported driver version", "device_busy -> device busy",
+                       "missing_driver -> driver or firmware missing", "device_reset -> device in reset"):
             self.assertIn(phrase, evidence)
 
     def test_api_coverage_says_which_path(self) -> None:
@@ -159,8 +173,12 @@ class CpuTest(unittest.TestCase):
         self.assertEqual([c.name for c in rt.checks], [c.name for c in CATALOG])
         bad = [(c.name, c.evidence) for c in rt.checks if c.result not in (PASS, NA)]
         self.assertEqual(bad, [])
-        for name in ("driver", "init_messages", "stream_order", "event_elapsed_time", "oom", "memory_stats"):
+        for name in ("driver", "init_messages", "stream_order", "event_elapsed_time", "oom", "memory_stats",
+                     "pinned_memory", "peer_access", "ipc_sharing", "stream_cycle", "stream_priority", "graph_replay",
+                     "error_cause", "compile_cache_identity"):
             self.assertIs(rt.check(name).result, NA, name)
+        self.assertIn("torch.cpu exposes no persistent compile cache", rt.check("compile_cache_identity").evidence)
+        self.assertIs(rt.check("dlpack").result, PASS)
         for name in ("allocation", "views", "conversion", "serialization", "rng", *PROCESS_CHECKS):
             self.assertIs(rt.check(name).result, PASS, name)
         self.assertIn("11 default dtypes (the runtime claims none)", rt.check("views").evidence)
@@ -227,6 +245,8 @@ class IsolationTest(unittest.TestCase):
             rt = runtime_from_records(run_checks("refaccel", None, ["rng", "stream_order"]))
         self.assertIs(rt.check("rng").result, FAIL)
         self.assertIn("the device was unusable afterwards (refaccel context poisoned", rt.check("rng").evidence)
+        self.assertIn("fault scope context (same stream: fails", rt.check("rng").evidence)
+        self.assertIn("a fresh process on device 0: works", rt.check("rng").evidence)
         self.assertIs(rt.check("stream_order").result, PASS)
 
 

@@ -90,8 +90,41 @@ class TableTest(unittest.TestCase):
         self.assertIn("stage 7: process lifecycle: fork, spawn, crashes", text)
         self.assertIn("id RA-", text)
         self.assertRegex(text, r"torch.accelerator.memory_allocated\s+own_module")
-        self.assertTrue(text.rstrip().endswith(f"levels 0-1: pass ({len(runtime.checks)} pass)"))
+        passes = sum(c.result.value == "pass" for c in runtime.checks)
+        self.assertTrue(text.rstrip().endswith(f"levels 0-1: pass ({passes} pass, 1 not_applicable)"), text[-200:])
         self.assertEqual(exit_code(runtime), 0)
+
+
+class WholeWordsTest(unittest.TestCase):
+    """Evidence wraps in the table and is never cut inside a word; the summary points at --json."""
+
+    EVIDENCE = ("the runtime found neither firmware nor a driver record for refaccel:1 after the reset; "
+                "bisected to the second queue, " * 3).strip()
+
+    def _runtime(self, result: str) -> object:
+        from opmatrix.schema import Runtime, RuntimeCheck
+
+        return Runtime(checks=[RuntimeCheck(name="stream_cycle", level=1, result=result, evidence=self.EVIDENCE,
+                                            advice="detect wait cycles")])
+
+    def test_table_wraps_whole_evidence(self) -> None:
+        out = io.StringIO()
+        render(self._runtime("pass"), "title", out)  # type: ignore[arg-type]
+        lines = [line.strip() for line in out.getvalue().splitlines()]
+        first = next(i for i, line in enumerate(lines) if line.startswith("stream_cycle"))
+        rest = lines[first + 1:]
+        shown = " ".join([lines[first].split("pass", 1)[1].strip(), *rest[:rest.index("")]])
+        self.assertIn(self.EVIDENCE, shown)
+        self.assertNotIn("...", out.getvalue())
+
+    def test_summary_points_at_json_with_the_check(self) -> None:
+        from opmatrix.probes.runtime.doctor import verdict_line
+
+        line = verdict_line(self._runtime("fail"))  # type: ignore[arg-type]
+        self.assertTrue(line.endswith("... (the rest: doctor --json, check stream_cycle)"), line)
+        head = line.split("stream_cycle: ", 1)[1].split(" ... (the rest")[0]
+        self.assertTrue(self.EVIDENCE.startswith(head))
+        self.assertTrue(self.EVIDENCE[len(head)] == " ", "cut inside a word")
 
 
 if __name__ == "__main__":

@@ -108,5 +108,34 @@ class RunnerTaskTest(unittest.TestCase):
         self.assertIn("exited 0", rec.check.evidence)
 
 
+class InitFailureModesTest(unittest.TestCase):
+    """Backends declare how to provoke each initialisation failure; a bad declaration is named."""
+
+    def test_module_attribute(self) -> None:
+        import types
+
+        from opmatrix.backend.initmodes import modes_from_module
+
+        mod = types.ModuleType("myaccel")
+        self.assertEqual(modes_from_module(mod), ())
+        mod.OPMATRIX_INIT_FAILURE_MODES = [  # type: ignore[attr-defined]
+            {"mode": "driver_mismatch", "env": {"MYACCEL_DRIVER": "1.0"}, "cause": "unsupported_driver",
+             "words": ["driver", "1.0"]},
+        ]
+        (mode,) = modes_from_module(mod)
+        self.assertEqual((mode.mode, mode.env, mode.cause, mode.words),
+                         ("driver_mismatch", (("MYACCEL_DRIVER", "1.0"),), "unsupported_driver", ("driver", "1.0")))
+        mod.OPMATRIX_INIT_FAILURE_MODES = [{"mode": "x", "env": {}, "cause": "gremlins"}]  # type: ignore[attr-defined]
+        with self.assertRaisesRegex(ValueError, r"myaccel.OPMATRIX_INIT_FAILURE_MODES\[0\]: .*cause 'gremlins' is not one of"):
+            modes_from_module(mod)
+
+    def test_refaccel_declares_four_modes(self) -> None:
+        from opmatrix.backend.registry import get_adapter
+
+        modes = get_adapter("refaccel", "g2").init_failure_modes()
+        self.assertEqual({m.cause for m in modes}, {"unsupported_driver", "missing_driver", "device_busy", "device_reset"})
+        self.assertEqual(get_adapter("cpu").init_failure_modes(), ())
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -171,6 +171,10 @@ def test_fault_on_a_common_op_erases_nothing(tmp_path: Path) -> None:
     mul = ops["aten.mul.Tensor"]
     assert {e["outcome"] for e in mul} == {"crashed"}
     assert {e["path"] for e in mul} == {"native"}
+    # the process died; the worker that replaced it found the same device working: the context's
+    assert {e["error"]["fault_scope"] for e in mul} == {"context"}
+    assert {tuple(e["error"]["scope_evidence"]) for e in mul} == {
+        ("the process ended; a fresh process on device 0: works",)}
     not_run = [k for k in matrix.get("not_run", {}) if k.startswith("mul|float32 ")]
     assert not_run, matrix.get("not_run")
     probed = sum(e["samples"]["probed"] for e in mul)

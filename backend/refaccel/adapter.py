@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 from collections.abc import Iterator
 from typing import Any
 
 from opmatrix.schema import DeviceInfo, FallbackState
 
 from ..base import Adapter, FallbackSeen
+from ..initmodes import InitFailureMode
 
 __all__ = ["RefaccelAdapter"]
 
@@ -43,14 +45,20 @@ class RefaccelAdapter(Adapter):
 
     def preflight(self) -> list[str]:
         """``OPMATRIX_REFACCEL_FAULT`` must name known modes and overloads that exist, and
-        ``OPMATRIX_REFACCEL_DEVICES`` / ``OPMATRIX_REFACCEL_BAD_DEVICE`` be well formed."""
+        ``OPMATRIX_REFACCEL_DEVICES`` / ``OPMATRIX_REFACCEL_BAD_DEVICE`` be well formed. A run
+        that injects ``poison-device`` gets a device-state folder of its own."""
         from . import runtime
+        from .devicestate import STATE_ENV
         from .faults import BAD_ENV, check_bad_device, check_spec
 
         problems = check_spec(os.environ.get("OPMATRIX_REFACCEL_FAULT", ""))
         count, problem = runtime.configured_devices()
         problems += [problem] if problem else []
         problems += check_bad_device(os.environ.get(BAD_ENV, ""))
+        if "poison-device:" in os.environ.get("OPMATRIX_REFACCEL_FAULT", "") and not os.environ.get(STATE_ENV):
+            # a device fault outlives its process: this run's marks live in a folder of its own,
+            # which its workers inherit (never seen by another run on this machine)
+            os.environ[STATE_ENV] = tempfile.mkdtemp(prefix="opmatrix-refaccel-state-")
         return problems
 
     def setup(self) -> None:
@@ -160,6 +168,23 @@ class RefaccelAdapter(Adapter):
         if reason is not None:
             return f"refaccel context poisoned: {reason}"
         return super().health_check()
+
+    def init_failure_modes(self) -> tuple[InitFailureMode, ...]:
+        """The four driver conditions ``OPMATRIX_REFACCEL_DRIVER`` simulates, with the words each
+        message carries."""
+        env = "OPMATRIX_REFACCEL_DRIVER"
+        return (
+            InitFailureMode("driver_mismatch", ((env, "incompatible"),), "unsupported_driver", ("driver", "older")),
+            InitFailureMode("missing_driver", ((env, "missing"),), "missing_driver", ("driver", "not loaded")),
+            InitFailureMode("device_busy", ((env, "busy"),), "device_busy", ("busy", "tenant")),
+            InitFailureMode("device_reset", ((env, "reset"),), "device_reset", ("reset",)),
+        )
+
+    def reset_device(self, index: int) -> str | None:
+        """Reset a device a ``poison-device`` fault left unavailable (:mod:`.devicestate`)."""
+        from . import runtime
+
+        return runtime.reset_device(index)
 
     def compile_backend(self) -> Any:
         """``"refaccel"`` (registered with torch._dynamo on first use)."""

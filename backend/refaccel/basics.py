@@ -96,6 +96,8 @@ def _host(t: torch.Tensor) -> torch.Tensor:
 def copy_from(self: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
     """Host <-> device and device <-> device copies (dtype conversion included)."""
     runtime.ensure_ready()
+    if not runtime._STATE.ready:
+        runtime.check_tensors([t for t in (self, dst) if t.device.type == "refaccel"])
     if dst.device.type == "refaccel":
         _check_dtype(dst.dtype, dst.device.index or 0, "aten::_copy_from")
     _host(dst).copy_(_host(self))

@@ -82,7 +82,7 @@ def run_counted(op: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[s
 def host_fallback(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
     """The boxed PrivateUse1 fallback: host execution when allowed, else a clean rejection."""
     if not _STATE.ready:
-        runtime.ensure_ready()
+        runtime.check_tensors(hostexec.device_tensors(args, kwargs))
     info = hostexec.op_info(op)
     if faults.ACTIVE:
         faults.trigger(info.name, info.base)

@@ -6,9 +6,13 @@ from the API; ``op`` is a full overload (``aten::mul.Tensor``) or an operator (`
     OPMATRIX_REFACCEL_FAULT=crash:aten::mul.Tensor python probe.py    # SIGSEGV inside the call
     >>> inject_fault("poison", "aten::add.Tensor")    # that call fails, and so does every later one
 
-Modes: ``crash`` (SIGSEGV), ``abort`` (SIGABRT), ``hang`` (sleeps forever), ``oom``
-(``torch.OutOfMemoryError``; the device stays usable), ``poison`` (the call fails and the context
-is unusable until the process restarts). Initialisation faults are separate: see
+Modes, by how far the fault reaches (its *scope*): ``fail`` (the call fails with a runtime error;
+everything else still works: operation), ``poison-stream`` (the call fails and the stream it ran
+on is unusable; a new stream works), ``poison`` (the call fails and the context is unusable until
+the process restarts), ``poison-device`` (the call fails and the device is unusable for this
+process and every new one until the run's reset hook resets it: :mod:`.devicestate`), ``crash``
+(SIGSEGV), ``abort`` (SIGABRT), ``hang`` (sleeps forever), ``oom`` (``torch.OutOfMemoryError``;
+the device stays usable). Initialisation faults are separate: see
 ``runtime`` and ``OPMATRIX_REFACCEL_DRIVER``.
 
 One device of a node can be made to compute wrong results (a bad chip among good ones of the same
@@ -28,9 +32,9 @@ import torch
 
 from . import runtime
 
-__all__ = ["MODES", "ACTIVE", "BAD", "SLOW", "check_bad_device", "miscompute", "check_spec", "inject_fault", "clear_faults", "load_from_env", "slowed", "trigger"]
+__all__ = ["MODES", "RefaccelLaunchError", "ACTIVE", "BAD", "SLOW", "check_bad_device", "miscompute", "check_spec", "inject_fault", "clear_faults", "load_from_env", "slowed", "trigger"]
 
-MODES = ("crash", "abort", "hang", "oom", "poison")
+MODES = ("crash", "abort", "hang", "oom", "fail", "poison-stream", "poison", "poison-device")
 #: op name -> mode; read by every kernel (an empty dict costs one truth test per call)
 ACTIVE: dict[str, str] = {}
 #: device index -> op names (or ``*``) whose native results that device gets wrong
@@ -38,6 +42,12 @@ BAD: dict[int, set[str]] = {}
 BAD_ENV = "OPMATRIX_REFACCEL_BAD_DEVICE"
 #: op name -> slowdown factor (``OPMATRIX_REFACCEL_SLOWDOWN=aten::mm:1.3``): tests the perf gate
 SLOW: dict[str, float] = {}
+
+
+class RefaccelLaunchError(RuntimeError):
+    """A kernel failed on the device; the device, its streams and its context stay usable."""
+
+    status = "REFACCEL_ERROR_LAUNCH_FAILED (719)"
 
 
 def _normalise(op: str) -> str:
@@ -184,9 +194,31 @@ def trigger(name: str, base: str) -> None:
             f"refaccel: out of memory on refaccel:0 while running {name} (injected fault: the kernel's "
             "workspace could not be allocated)"
         )
+    elif mode in ("fail", "poison-stream", "poison-device"):
+        _fail_scoped(mode, name)
     elif mode == "poison":
         runtime.poison(f"uncorrectable device fault in {name} (injected)")
         raise runtime.RefaccelPoisonedError(
             f"refaccel: uncorrectable device fault while running {name}; the device context is poisoned and "
             "every later call fails until the process restarts"
         )
+
+
+def _fail_scoped(mode: str, name: str) -> None:
+    """The call fails; ``poison-stream`` / ``poison-device`` first leave its stream / device unusable."""
+    from .basics import current_device
+    from .streams import current_stream
+
+    index = current_device()
+    cause = RuntimeError(f"firmware record: uncorrectable error in {name} on refaccel:{index} (injected)")
+    if mode == "fail":
+        raise RefaccelLaunchError(f"refaccel: kernel launch failed while running {name} on refaccel:{index} "
+                                  "(injected fault); the device stays usable") from cause
+    if mode == "poison-stream":
+        stream_id = current_stream(index).stream_id
+        runtime.poison_stream(index, stream_id, f"fault in {name} (injected)")
+        raise runtime.RefaccelStreamError(f"refaccel: fault while running {name} on stream {stream_id} of "
+                                          f"refaccel:{index}; that stream is unusable, a new stream works") from cause
+    runtime.poison_device(index, f"uncorrectable device fault in {name} (injected)")
+    raise runtime.RefaccelDeviceError(f"refaccel: uncorrectable device fault while running {name}; refaccel:{index} "
+                                      "is unavailable to every process until it is reset") from cause

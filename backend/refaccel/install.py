@@ -15,7 +15,7 @@ import sys
 import torch
 from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
-from . import basics, composite, fallback, faults, kernels, printing, runtime, serialization
+from . import basics, composite, fallback, faults, kernels, memclass, printing, runtime, serialization
 from .module import RefaccelModule
 from .table import load_fallback_dtypes, load_fallback_ops, load_rules
 
@@ -77,6 +77,7 @@ def install(generation: str | None = None) -> str:
     )
     aten = torch.library.Library("aten", "IMPL")
     basics.register_basics(aten)
+    memclass.register_pinned(aten)
     rules = kernels.register_kernels(aten, gen)
     composite.register_composites(aten, rules["aten::_softmax"].dtypes if "aten::_softmax" in rules else frozenset())
     fallback.configure(gen, load_fallback_ops(gen), load_fallback_dtypes(gen))

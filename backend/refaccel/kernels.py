@@ -67,7 +67,7 @@ def _make_kernel(op: torch._ops.OpOverload, rule: Rule, generation: str) -> Call
 
     def kernel(*args: Any, **kwargs: Any) -> Any:
         if not _STATE.ready:
-            runtime.ensure_ready()
+            runtime.check_tensors(device_tensors(args, kwargs))
         if faults.ACTIVE:
             faults.trigger(name, base)
         tensors = device_tensors(args, kwargs)

@@ -62,11 +62,13 @@ class _Pool:
                 self.release_cache()
             if self.reserved + size > self.capacity:
                 self.num_ooms += 1
+                status = runtime.RefaccelDriverError(f"refaccel driver: allocation of {size} bytes on refaccel:{self.index} "
+                                                     "failed", "REFACCEL_ERROR_OUT_OF_MEMORY (2)")
                 raise torch.OutOfMemoryError(
                     f"refaccel: out of memory on refaccel:{self.index}: tried to allocate {_human(size)}; "
                     f"capacity {_human(self.capacity)}, {_human(self.allocated)} allocated, "
                     f"{_human(self.reserved)} reserved, {_human(self.capacity - self.reserved)} free"
-                )
+                ) from status
             block = torch.empty(size, dtype=torch.uint8)
             self.reserved += size
             self.peak_reserved = max(self.peak_reserved, self.reserved)
@@ -134,6 +136,8 @@ def storage_bytes(size: Sequence[int], stride: Sequence[int], itemsize: int) -> 
 def allocate(nbytes: int, dtype: torch.dtype, index: int) -> torch.Tensor:
     """A 1-D device tensor of ``dtype`` over a fresh block of at least ``nbytes``."""
     runtime.ensure_ready()
+    if not runtime._STATE.ready:
+        runtime.check_device(index, streams=False)  # allocation is not stream-ordered
     itemsize = _itemsize(dtype)
     numel = -(-nbytes // itemsize)
     if numel == 0:

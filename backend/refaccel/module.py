@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from . import basics, memory, rng, runtime, streams
+from . import basics, compile_cache, graphs, memclass, memory, rng, runtime, streams
 from .table import storable_dtypes
 
 __all__ = ["RefaccelModule", "DeviceProperties"]
@@ -60,6 +60,13 @@ class RefaccelModule:
     stream = staticmethod(streams.stream)
     manual_seed_all = staticmethod(rng.manual_seed_all)
     OutOfMemoryError = torch.OutOfMemoryError
+    can_device_access_peer = staticmethod(memclass.can_device_access_peer)
+    Graph = graphs.Graph
+    graph = staticmethod(graphs.graph)
+    compile_cache_identity = staticmethod(compile_cache.identity)
+    compile_cache_stats = staticmethod(compile_cache.stats)
+    #: an environment option that changes the code the compiler generates (part of the identity)
+    COMPILE_OPTION_ENV = compile_cache.OPTION_ENV
 
     # -- discovery and lifecycle (discovery never initialises) --------------------------------
 

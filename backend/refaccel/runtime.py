@@ -23,17 +23,25 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from . import devicestate
+
 __all__ = [
     "DeviceSpec",
     "RefaccelInitError",
     "RefaccelForkError",
     "RefaccelPoisonedError",
+    "RefaccelStreamError",
+    "RefaccelDeviceError",
     "device_count",
     "describe_devices",
     "ensure_ready",
     "generation",
     "is_initialized",
+    "check_device",
     "poison",
+    "poison_device",
+    "poison_stream",
+    "reset_device",
     "versions",
 ]
 
@@ -87,7 +95,32 @@ class RefaccelForkError(RuntimeError):
 
 
 class RefaccelPoisonedError(RuntimeError):
-    """The device context is unusable after a fault; only a new process recovers."""
+    """The device context is unusable after a fault; only a new process recovers.
+
+    ``status`` is the runtime's own status code (what a vendor's driver reports), kept so a fault
+    record can show the cause below the message."""
+
+    status = "REFACCEL_ERROR_CONTEXT_LOST (999)"
+
+
+class RefaccelStreamError(RuntimeError):
+    """Work on a stream that an earlier fault left unusable; other streams still work."""
+
+    status = "REFACCEL_ERROR_STREAM_POISONED (712)"
+
+
+class RefaccelDeviceError(RuntimeError):
+    """A device left unusable by a fault (for every process) until it is reset."""
+
+    status = "REFACCEL_ERROR_DEVICE_UNAVAILABLE (46)"
+
+
+class RefaccelDriverError(RuntimeError):
+    """What the driver reported below a runtime error (kept as its ``__cause__``), with its status code."""
+
+    def __init__(self, message: str, status: str):
+        super().__init__(f"{message}: {status}")
+        self.status = status
 
 
 class _State:
@@ -98,6 +131,8 @@ class _State:
         self.initialized_pid: int | None = None
         self.forked_from: int | None = None
         self.poisoned: str | None = None
+        #: (device index, stream id) -> why: streams an earlier fault left unusable
+        self.bad_streams: dict[tuple[int, int], str] = {}
         self.lock = threading.Lock()
 
 
@@ -215,7 +250,7 @@ def initialize() -> None:
         if delay > 0:
             time.sleep(delay)
         _STATE.initialized_pid = os.getpid()
-        _STATE.ready = _STATE.poisoned is None
+        _STATE.ready = _STATE.poisoned is None and not _STATE.bad_streams and not devicestate.any_poisoned()
 
 
 def _fork_message() -> str:
@@ -238,6 +273,52 @@ def ensure_ready() -> None:
             "process restarts"
         )
     initialize()
+
+
+def check_tensors(tensors: list) -> None:  # type: ignore[type-arg]
+    """:func:`check_device` for every device the call's tensors live on (slow path only)."""
+    ensure_ready()
+    for index in sorted({t.device.index or 0 for t in tensors}):
+        check_device(index)
+
+
+def check_device(index: int, streams: bool = True) -> None:
+    """Raise when device ``index`` (or its current stream) is unusable after a fault (slow path:
+    kernels call it only while ``ready`` is False)."""
+    ensure_ready()
+    why = devicestate.poisoned(index)
+    if why is not None:
+        raise RefaccelDeviceError(
+            f"refaccel:{index} is unavailable ({why}); every process fails on it until the device is reset"
+        )
+    if streams and _STATE.bad_streams:
+        from .streams import current_stream
+
+        stream_id = current_stream(index).stream_id
+        why = _STATE.bad_streams.get((index, stream_id))
+        if why is not None:
+            raise RefaccelStreamError(
+                f"refaccel: stream {stream_id} on refaccel:{index} is unusable ({why}); create a new stream"
+            )
+
+
+def poison_stream(index: int, stream_id: int, reason: str) -> None:
+    """Mark one stream unusable: later work on it raises ``RefaccelStreamError``."""
+    _STATE.bad_streams[(index, stream_id)] = reason
+    _STATE.ready = False
+
+
+def poison_device(index: int, reason: str) -> None:
+    """Mark a device unusable for this process and every new one until :func:`reset_device`."""
+    devicestate.mark(index, reason)
+    _STATE.ready = False
+
+
+def reset_device(index: int) -> str:
+    """Reset a device a fault left unusable (what an operator's reset does); says what it did."""
+    was = devicestate.clear(index)
+    _STATE.ready = _STATE.initialized_pid is not None and _STATE.poisoned is None and not _STATE.bad_streams
+    return f"refaccel:{index} reset (it was unavailable: {was})" if was else f"refaccel:{index} needed no reset"
 
 
 def poison(reason: str) -> None:

@@ -35,6 +35,7 @@ __all__ = ["Stream", "Event", "current_stream", "default_stream", "set_stream", 
 _IDS = itertools.count(1)
 _LOCAL = threading.local()
 _DEFAULTS: dict[int, Stream] = {}
+_PRIORITY_RANGE = (0, -2)
 
 
 def _index(device: Any) -> int:
@@ -56,9 +57,15 @@ class Stream:
         self.device_index = _index(device)
         if not 0 <= self.device_index < runtime.device_count():
             raise RuntimeError(f"refaccel: invalid device index {self.device_index}")
-        self.priority = priority
+        least, greatest = _PRIORITY_RANGE
+        self.priority = max(greatest, min(least, priority))  # clamped to the range, as CUDA does
         self.stream_id = next(_IDS) if _stream_id is None else _stream_id
         self._last_work = time.perf_counter()
+
+    @staticmethod
+    def priority_range() -> tuple[int, int]:
+        """(least, greatest) priority; lower numbers run first when streams compete."""
+        return _PRIORITY_RANGE
 
     @property
     def device(self) -> torch.device:

@@ -19,7 +19,7 @@ from opmatrix.schema import ErrorInfo, ExecPath, FallbackState, Mode, OpName, Ou
 from . import observe
 from .cells import SampleResult
 from .classify import DeviceCall, apply_evidence, run_device
-from .faults import failed_call
+from .faults import failed_call, scoped
 from .judging import Reference, check_values
 from .source import OpEntry
 from .state import EngineState
@@ -159,6 +159,8 @@ def _probe_compile(st: EngineState, entry: OpEntry, unit: Unit, dtype: torch.dty
         # the same rule as in eager mode: the CPU computes this unit (its reference exists)
         result.path, result.outcome, note = failed_call(st, unit.overload, uid, root, dc.fell_back, lambda: True,
                                                            unit_dtypes(unit), dc.read_to_host)
+        if result.outcome.is_fault:
+            result.error = scoped(st, result.error, first.error)
         result.note = note
         apply_evidence(result, dc)
         return result

@@ -21,7 +21,7 @@ from opmatrix.schema import ExecPath, FallbackState, Mode, Outcome, UnitId
 from . import observe
 from .cells import SampleResult
 from .classify import DeviceCall, apply_evidence, classify, run_device
-from .faults import failed_call, fault_from_exception
+from .faults import failed_call, fault_from_exception, scoped
 from .judging import Reference, check_values, judge, post
 from .layouts import Values
 from .numerics import compare, tolerance_for, values_comparable
@@ -41,6 +41,8 @@ def _failed(st: EngineState, unit: Unit, uid: UnitId, dc: DeviceCall, result: Sa
     result.error = error_info(dc.error, unit.overload, st.adapter.device_type, dname)
     result.path, result.outcome, note = failed_call(st, unit.overload, uid, dc.error, dc.fell_back, host_computes,
                                                    unit_dtypes(unit), dc.read_to_host)
+    if result.outcome.is_fault:
+        result.error = scoped(st, result.error, dc.error)
     apply_evidence(result, dc)
     result.note = "; ".join(filter(None, [result.note, note]))
 
@@ -68,6 +70,7 @@ def _staging_failed(st: EngineState, unit: Unit, uid: UnitId, exc: BaseException
             result.note += f"; yet the runtime claims device memory holds {dname}"
     else:
         result.path, result.outcome = ExecPath.unknown, fault
+        result.error = scoped(st, result.error, exc)
         result.note = "staging the inputs on the device failed (before the op ran)"
 
 

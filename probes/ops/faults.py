@@ -22,14 +22,15 @@ from typing import Literal, TypeAlias, Union
 
 from opmatrix.backend.base import Rejection, dtype_named
 from opmatrix.probes.runner import Skip, WorkerPoisoned
-from opmatrix.schema import ErrorInfo, ExecPath, Mode, OpName, Outcome, UnitId
+from opmatrix.probes.runner.faultscope import ScopeFinding, after_error, after_restart, cause_chain
+from opmatrix.schema import ErrorInfo, ExecPath, FaultScope, Mode, OpName, Outcome, UnitId
 
 from .cells import SampleResult
 from .classify import fault_path
 from .state import EngineState
 from .units import Unit
 
-__all__ = ["Decision", "SkipPlan", "failed_call", "fault_from_exception", "fault_result"]
+__all__ = ["Decision", "SkipPlan", "failed_call", "fault_from_exception", "fault_result", "scoped"]
 
 #: what :meth:`SkipPlan.decide` says of a unit: run it, list it as not run, or record the fault it had
 Decision: TypeAlias = Union[Literal["run", "not_run"], Skip]  # noqa: UP007 - a Literal in the union
@@ -79,11 +80,24 @@ def failed_call(st: EngineState, op: OpName, unit_id: UnitId, exc: BaseException
 
 
 def fault_result(st: EngineState, unit: Unit, mode: Mode, fault: Skip) -> SampleResult:
-    """The cell of a unit the runner saw fault (crashed, hung, poisoned, oom)."""
+    """The cell of a unit the runner saw fault (crashed, hung, poisoned, oom), with the fault's
+    scope: as the faulting worker found it, else as this fresh worker finds the device."""
+    found = (ScopeFinding(FaultScope(fault.scope), fault.scope_evidence) if fault.scope
+             else after_restart(st.adapter, None))
     return SampleResult(op=str(unit.overload), rank=unit.rank, layout=unit.layout, mode=mode, dtype=unit.dtype,
                         path=fault_path(st, unit.overload), outcome=Outcome(fault.outcome), features=unit.features,
                         error=ErrorInfo(type=fault.outcome, message=fault.message[:500], actionable=False,
-                                        signal=fault.signal))
+                                        signal=fault.signal, fault_scope=found.scope,
+                                        scope_evidence=list(found.evidence)))
+
+
+def scoped(st: EngineState, error: ErrorInfo | None, exc: BaseException) -> ErrorInfo | None:
+    """A faulted call's error with its scope (observed now, in this process) and cause chain."""
+    if error is None:
+        return None
+    found = after_error(st.adapter)
+    return error.model_copy(update={"fault_scope": found.scope, "scope_evidence": list(found.evidence),
+                                    "cause": cause_chain(exc)})
 
 
 class SkipPlan:

@@ -83,6 +83,13 @@ class Poisoned:
     task_id: str
     unit: str | None
     message: str
+    #: the fault's scope and the checks it rests on (:mod:`opmatrix.probes.runner.faultscope`)
+    scope: str | None = None
+    scope_evidence: tuple[str, ...] = ()
+
+    def skip(self) -> Skip:
+        """The fault as the runner hands it to the task's next attempt."""
+        return Skip(FaultOutcome.poisoned, self.message, scope=self.scope, scope_evidence=self.scope_evidence)
 
 
 ToWorker = RunTask | Stop

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import threading
 import time
@@ -182,7 +183,7 @@ def confirmed(job: Job, unit: str | None, skip: Skip) -> Skip:
         return skip
     head, _, rest = skip.message.partition("\n")  # the note after the first line: a clipped message keeps it
     note = f"(the second time: it had first {job.retried[unit]}, then again in a fresh worker)"
-    return Skip(skip.outcome, f"{head}\n{note}\n{rest}".rstrip("\n"), skip.signal)
+    return dataclasses.replace(skip, message=f"{head}\n{note}\n{rest}".rstrip("\n"))
 
 
 class Aborted(Exception):

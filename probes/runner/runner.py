@@ -225,7 +225,7 @@ class Run:
                 return self._fault(job, None, Skip(FaultOutcome.error, str(exc)[-2000:]))
             self._record(job, record, worker=handle.slot)
         else:  # Poisoned or Fault: the worker exits
-            skip = Skip(FaultOutcome.poisoned, msg.message) if isinstance(msg, Poisoned) else Skip(msg.outcome, msg.message)
+            skip = msg.skip() if isinstance(msg, Poisoned) else Skip(msg.outcome, msg.message)
             handle.gone = True
             self._lost(handle, fault=True)
             handle.job = None

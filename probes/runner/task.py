@@ -79,6 +79,10 @@ class Skip:
     #: set on a ``skip_rest`` the runner gives after too many faults: the units it covers never
     #: ran, and this says why (a handler that lists units lists them as not run with it)
     not_run: str | None = None
+    #: how far the fault reached (a :class:`~opmatrix.schema.FaultScope` value) and the checks it
+    #: rests on, when the worker that saw it could still look (:mod:`opmatrix.probes.runner.faultscope`)
+    scope: str | None = None
+    scope_evidence: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         try:

@@ -287,7 +287,8 @@ def _serve(
             raise TypeError(f"handler for {task.kind!r} returned {type(record).__name__}, expected a pydantic record")
         text = record.model_dump_json()  # here, so a record that cannot be written is this task's error
     except WorkerPoisoned as exc:
-        conn.send(Poisoned(task.id, exc.unit if exc.unit is not None else unit[0], exc.message))
+        blamed = exc.unit if exc.unit is not None else unit[0]
+        conn.send(_poisoned(ctx, board, task.id, blamed, exc.message))
         return False
     except Exception as exc:  # noqa: BLE001 - a handler bug or an escaped OOM is blamed on the unit
         outcome = FaultOutcome.oom if _is_oom(exc) else FaultOutcome.error
@@ -297,7 +298,24 @@ def _serve(
     if _has_fault(record):
         problem = ctx.adapter.poisoned_after_fault()
         if problem is not None:
-            conn.send(Poisoned(task.id, unit[0], f"health check after the task failed: {problem}"))
+            conn.send(_poisoned(ctx, board, task.id, unit[0], f"health check after the task failed: {problem}"))
             return False
     conn.send(Done(task.id, text))
     return True
+
+
+def _poisoned(ctx: WorkerContext, board: UnitBoard, task_id: str, unit: str | None, message: str) -> Poisoned:
+    """The message for a device found unusable, with how far the fault reached: the worker looks
+    (same stream, new stream, other device, fresh process) before it exits, re-posting ``unit`` so
+    the runner's deadline for it does not pass while it looks."""
+    from opmatrix.probes.runner.faultscope import observe
+
+    def keepalive() -> None:
+        if unit is not None:
+            board.post(task_id, unit)
+
+    try:
+        found = observe(ctx.adapter, ctx.backend, keepalive)
+    except Exception as exc:  # noqa: BLE001 - the look itself failed: the scope stays unknown, said why
+        return Poisoned(task_id, unit, message, "unknown", (f"the checks after the fault failed: {exc!r}"[:300],))
+    return Poisoned(task_id, unit, message, found.scope.value, found.evidence)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from . import claims, discovery, memory, state, streams, tensors
+from . import claims, discovery, faultcheck, memclass, memory, state, streams, streams2, tensors
 from .context import Probe
 from .spec import CheckSpec, Verdict
 
@@ -50,7 +50,7 @@ CATALOG: tuple[CheckSpec, ...] = (
        discovery.check_enumerate),
     _w("select", 0, 1, "each device can be selected", "make set_device / current_device select the device",
        discovery.check_select),
-    _w("identity", 0, 1, "name, stable id, driver / firmware / ISA versions",
+    _w("identity", 1, 1, "name, stable id, driver / firmware / ISA versions",
        "report a stable id (UUID or bus id) and driver / firmware / ISA versions", discovery.check_identity),
     _w("api_coverage", 0, 1, "generic APIs reach the backend",
        "serve device_count / current device / synchronize through torch.accelerator or torch.<device>",
@@ -73,6 +73,15 @@ CATALOG: tuple[CheckSpec, ...] = (
     _w("dtype_claims", 1, 2, "claimed dtypes work; working dtypes are claimed",
        "make get_device_capability()['supported_dtypes'] list exactly what allocates and converts",
        claims.check_dtype_claims),
+    _w("pinned_memory", 1, 2, "pinned host memory: pin_memory, is_pinned, non_blocking copies",
+       "serve a pinned host allocator; non_blocking copies from pinned memory must be complete after synchronize",
+       memclass.check_pinned_memory),
+    _w("peer_access", 1, 2, "peer access: copies across the node's devices, can_device_access_peer",
+       "copy between every pair of devices right (and answer can_device_access_peer)", memclass.check_peer_access),
+    _w("dlpack", 1, 2, "DLPack export and import of device tensors",
+       "export device tensors through DLPack and import them back as the same memory", memclass.check_dlpack),
+    _w("ipc_sharing", 1, 2, "a device tensor shared with another process (torch.multiprocessing)",
+       "give device storages an inter-process handle torch.multiprocessing can pass", memclass.check_ipc_sharing),
     _w("serialization", 1, 2, "torch.save / torch.load(weights_only=True, map_location)",
        "register the device for serialization and keep view relationships", state.check_serialization),
     # stage 3-5 -- submission, kernels, streams and events
@@ -82,6 +91,9 @@ CATALOG: tuple[CheckSpec, ...] = (
        streams.check_kernel),
     _w("rng", 1, 4, "RNG: manual_seed, get / set state", "serve a device generator with seed and state",
        state.check_rng),
+    _w("compile_cache_identity", 4, 4, "persistent compile cache: reuse when unchanged, recompile when its identity changes",
+       "key the compile cache on the framework build, device generation / stepping, driver and code-generation options",
+       faultcheck.check_compile_cache_identity),
     _w("stream_order", 1, 5, "stream: ops in one stream are ordered",
        "work queued on one stream must run in issue order", streams.check_stream_order),
     _w("event_cross_stream", 1, 5, "event: cross-stream dependency",
@@ -90,7 +102,15 @@ CATALOG: tuple[CheckSpec, ...] = (
        "query() must report completion after synchronize", streams.check_event_query),
     _w("event_elapsed_time", 1, 5, "event elapsed_time", "serve timing events (enable_timing=True)",
        streams.check_event_elapsed_time),
-    # stage 6 -- memory statistics and limits
+    _w("stream_cycle", 1, 5, "cyclic event waits complete or fail clearly, never hang",
+       "bind an event wait to the event's last record, or detect the cycle and raise", streams2.check_stream_cycle),
+    _w("stream_priority", 1, 5, "stream priorities: range reported, a high-priority stream works",
+       "report Stream.priority_range() and create streams at the priorities asked", streams2.check_stream_priority),
+    _w("graph_replay", 4, 5, "graph capture and replay",
+       "capture device work into a graph that replays on new values in its static inputs", streams2.check_graph_replay),
+    # stage 6 -- memory statistics, limits and fault records
+    _w("error_cause", 1, 6, "a runtime error keeps its cause chain and status code",
+       "keep the driver's status on the exception or raise from the lower error", faultcheck.check_error_cause),
     _w("memory_stats", 1, 6, "allocated / reserved / peak statistics",
        "serve memory_allocated / memory_reserved / max_memory_allocated as documented", memory.check_memory_stats),
     _w("empty_cache", 1, 6, "empty_cache releases reserved memory", "empty_cache must return cached blocks",

@@ -50,6 +50,30 @@ def dtype_works(probe: Probe, dtype: torch.dtype) -> str | None:
     return None
 
 
+def raw_dtype_works(probe: Probe, dtype: torch.dtype) -> str | None:
+    """For a claimed dtype with no values opmatrix can make (quantized, sub-byte, bit containers):
+    None when it allocates and its bytes copy to the device and back unchanged; else which step
+    failed and how."""
+    import torch
+
+    dev = probe.device()
+    step = "allocation"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            on_dev = torch.empty(8, dtype=dtype, device=dev)
+            step = "copy host->device"
+            host = torch.empty(8, dtype=dtype)
+            on_dev.copy_(host)
+            step = "copy device->host"
+            back = on_dev.cpu()
+            if back.dtype != dtype or back.shape != host.shape:
+                return f"copy device->host gave {back.dtype} {tuple(back.shape)}"
+    except Exception as exc:  # noqa: BLE001 - whatever the step raised is how it fails
+        return f"{step}: {type(exc).__name__}: {' '.join(str(exc).split())[:120]}"
+    return None
+
+
 def check_dtype_claims(probe: Probe) -> Verdict:
     """Claimed dtypes work and working dtypes are claimed."""
     import torch
@@ -68,7 +92,10 @@ def check_dtype_claims(probe: Probe) -> Verdict:
     claimed = set(probe.claimed)
     broken = [f"{n} ({results[n]})" for n in names if n in claimed and results[n] is not None]
     unclaimed = [n for n in works if n not in claimed]
-    unknown_names = sorted(claimed - set(DTYPES))
+    others = sorted(n for n in claimed - set(DTYPES) if isinstance(getattr(torch, n, None), torch.dtype))
+    raw = {n: raw_dtype_works(probe, getattr(torch, n)) for n in others}
+    broken += [f"{n} ({raw[n]})" for n in others if raw[n] is not None]
+    unknown_names = sorted(claimed - set(DTYPES) - set(others))
     facts = Facts(claimed_dtypes=[n for n in probe.claimed if n in DTYPES])
     parts = []
     if broken:
@@ -76,12 +103,14 @@ def check_dtype_claims(probe: Probe) -> Verdict:
     if unclaimed:
         parts.append(f"works but not claimed: {', '.join(unclaimed)}")
     if unknown_names:
-        parts.append(f"claims dtypes opmatrix does not know: {', '.join(unknown_names)}")
+        parts.append(f"claims dtypes torch does not have: {', '.join(unknown_names)}")
+    raw_ok = [n for n in others if raw[n] is None]
+    also = f"; {', '.join(raw_ok)} allocate and copy both ways (no values to compare)" if raw_ok else ""
     if parts:
-        verdict = failed(f"{'; '.join(parts)} (claims via {probe.claim_via})",
+        verdict = failed(f"{'; '.join(parts)}{also} (claims via {probe.claim_via})",
                          "make supported_dtypes list exactly the dtypes that allocate and convert")
     else:
         verdict = passed(f"claims {', '.join(sorted(claimed))} via {probe.claim_via}; "
-                         f"{len(names)} dtypes tried, exactly the claimed ones work", via=probe.claim_via)
+                         f"{len(names)} dtypes tried, exactly the claimed ones work{also}", via=probe.claim_via)
     verdict.facts = facts
     return verdict

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import sys
+import textwrap
 import time
 from dataclasses import asdict
 from typing import Any, TextIO
@@ -34,17 +35,25 @@ def exit_code(runtime: Runtime) -> int:
     return 1 if any(c.result is CheckResult.failed and c.level <= 1 for c in runtime.checks) else 0
 
 
-def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 3] + "..."
+def _cut(text: str, width: int, name: str | None = None) -> str:
+    """``text`` whole when it fits; else its first whole words and where the rest is (``doctor
+    --json``, the check ``name``), never a word cut in two."""
+    if len(text) <= width:
+        return text
+    head = textwrap.shorten(text, width, placeholder="")
+    return f"{head} ... (the rest: doctor --json, check {name})" if name else f"{head} ..."
 
 
 def _row(check: RuntimeCheck, name_width: int) -> str:
+    """The check's row; evidence longer than its column wraps onto indented lines, whole."""
     result = check.result.value if check.result is not CheckResult.failed else "FAIL"
     evidence = check.evidence + (f" [via {check.via}]" if check.via else "")
-    line = f"  {check.name:<{name_width}}  {check.level:<3}  {result:<14}  {_cut(evidence, _EVIDENCE_WIDTH)}"
+    lines = textwrap.wrap(evidence, _EVIDENCE_WIDTH, break_long_words=False, break_on_hyphens=False) or [""]
+    line = f"  {check.name:<{name_width}}  {check.level:<3}  {result:<14}  {lines[0]}"
     if check.result in (CheckResult.failed, CheckResult.unknown) and check.advice:
         line = f"{line:<{name_width + 24 + _EVIDENCE_WIDTH}}  -> {check.advice}"
-    return line.rstrip()
+    indent = " " * (name_width + 24)
+    return "\n".join([line.rstrip(), *(indent + more for more in lines[1:])])
 
 
 def render(runtime: Runtime, title: str, out: TextIO) -> None:
@@ -86,7 +95,7 @@ def verdict_line(runtime: Runtime) -> str:
     tally = ", ".join(f"{n} {r.value}" for r, n in counts.items() if n)
     failed = [c for c in runtime.checks if c.result is CheckResult.failed]
     if failed:
-        names = "; ".join(f"{c.name}: {_cut(c.evidence, 120)}" for c in failed[:4])
+        names = "; ".join(f"{c.name}: {_cut(c.evidence, 120, c.name)}" for c in failed[:4])
         return f"levels 0-1: FAIL ({tally}) -- {names}"
     undecided = [c.name for c in runtime.checks if c.result is CheckResult.unknown]
     note = f"; undecided: {', '.join(undecided)}" if undecided else ""

@@ -2,8 +2,8 @@
 
 Missing firmware, an unsupported driver, a partition owned by another tenant and a device in
 reset need different people; "no accelerator available" sends them all to the wrong team. The
-cause is read from the error text with the table below (data, not branches), and
-:data:`INIT_FAULT_MODES` says how to provoke each failure on backends that can inject them::
+cause is read from the error text with the table below (data, not branches); how to provoke each
+failure is the backend's to declare (:mod:`opmatrix.backend.initmodes`)::
 
     >>> classify_init_failure("refaccel driver 0.9.0 is older than the minimum 2.0.0").cause
     'unsupported_driver'
@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["CAUSES", "INIT_FAULT_MODES", "InitCause", "InitFaultMode", "classify_init_failure"]
+__all__ = ["CAUSES", "InitCause", "classify_init_failure"]
 
 
 @dataclass(frozen=True)
@@ -79,23 +79,3 @@ def classify_init_failure(message: str) -> InitCause:
         if re.search(cause.pattern, text):
             return cause
     return _UNNAMED
-
-
-@dataclass(frozen=True)
-class InitFaultMode:
-    """How to make a backend's initialisation fail on purpose, and the cause it must then name."""
-
-    mode: str
-    env: tuple[tuple[str, str], ...]
-    expect: str
-
-
-#: backend name -> provokable initialisation failures (backends without an entry cannot be provoked)
-INIT_FAULT_MODES: dict[str, tuple[InitFaultMode, ...]] = {
-    "refaccel": (
-        InitFaultMode("incompatible", (("OPMATRIX_REFACCEL_DRIVER", "incompatible"),), "unsupported_driver"),
-        InitFaultMode("busy", (("OPMATRIX_REFACCEL_DRIVER", "busy"),), "device_busy"),
-        InitFaultMode("missing", (("OPMATRIX_REFACCEL_DRIVER", "missing"),), "missing_driver"),
-        InitFaultMode("reset", (("OPMATRIX_REFACCEL_DRIVER", "reset"),), "device_reset"),
-    ),
-}

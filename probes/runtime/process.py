@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -24,13 +25,12 @@ from opmatrix.probes.runner.calibrate import current
 
 from .children import WORK_RESULT, ChildResult, describe_exit, run_forked, run_started, work
 from .context import HOST_DEVICES, NO_VALUE_DEVICES
-from .initfail import INIT_FAULT_MODES, classify_init_failure
+from .initfail import classify_init_failure
 from .spec import Verdict, failed, not_applicable, passed, unknown
 
 if TYPE_CHECKING:
     from opmatrix.backend.base import Adapter
-
-    from .initfail import InitFaultMode
+    from opmatrix.backend.initmodes import InitFailureMode
 
 __all__ = ["CASES", "CaseEnv", "SquaresDataset", "device_type_of"]
 
@@ -277,16 +277,16 @@ def case_init_messages(env: CaseEnv) -> Verdict:
     """Each provokable initialisation failure names its own cause (driver version, busy, ...)."""
     from .discovery import initialise
 
-    adapter = env.adapter()  # constructing reads no driver state; the modes are keyed by adapter name
-    modes = INIT_FAULT_MODES.get(adapter.name, ())
+    adapter = env.adapter()  # constructing reads no driver state; the backend declares its modes
+    modes = adapter.init_failure_modes()
     if not modes:
         if device_type_of(adapter) in HOST_DEVICES:
             return not_applicable("the host has no driver to fail")
-        return unknown(f"no way to provoke an initialisation failure of {env.spec} "
-                       "(no fault modes declared in opmatrix.probes.runtime.initfail.INIT_FAULT_MODES)")
+        return unknown(f"{env.spec} declares no way to provoke an initialisation failure (Adapter.init_failure_modes, "
+                       "or OPMATRIX_INIT_FAILURE_MODES in a PrivateUse1 module)")
     seen, problems = [], []
     for mode in modes:
-        def provoke(mode: InitFaultMode = mode) -> str:
+        def provoke(mode: InitFailureMode = mode) -> str:
             os.environ.update(dict(mode.env))
             initialise(env.adapter())
             return "initialised"
@@ -299,10 +299,13 @@ def case_init_messages(env: CaseEnv) -> Verdict:
             problems.append(f"{mode.mode}: the probe {res.describe()}")
             continue
         cause = classify_init_failure(res.message)
-        if cause.cause != mode.expect:
-            problems.append(f"{mode.mode}: message names {cause.title!r}, expected {mode.expect}: {res.message}")
+        lacking = [w for w in mode.words if w.lower() not in res.message.lower()]
+        if cause.cause != mode.cause:
+            problems.append(f"{mode.mode}: message names {cause.title!r}, expected {mode.cause}: {res.message}")
+        elif lacking:
+            problems.append(f"{mode.mode}: message lacks {', '.join(map(repr, lacking))}: {res.message}")
         else:
-            seen.append(f"{mode.mode} -> {cause.title}: {res.message[:160]}")
+            seen.append(f"{mode.mode} -> {cause.title}: {textwrap.shorten(res.message, 200, placeholder=' ...')}")
     if problems:
         return failed("; ".join(problems), "each initialisation failure must say what failed: driver version, "
                       "device busy, reset, missing firmware")

@@ -18,6 +18,7 @@ import time
 from collections.abc import Sequence
 
 from opmatrix.backend.base import Adapter
+from opmatrix.probes.runner.faultscope import observe
 from opmatrix.schema import RuntimeRecord
 
 from .catalog import by_name
@@ -92,8 +93,10 @@ def run_worker(
         else:
             verdict = run_check(spec, probe)
         problem = probe.adapter.health_check() if probe is not None and verdict.result.value == "fail" else None
-        if problem is not None:
-            verdict.evidence += f"; the device was unusable afterwards ({problem})"
+        if problem is not None and probe is not None:
+            found = observe(probe.adapter, spec_text)
+            verdict.evidence += (f"; the device was unusable afterwards ({problem}); fault scope {found.scope.value} "
+                                 f"({'; '.join(found.evidence)})")
         emit({"event": "done", "record": make_record(spec, verdict, key).model_dump(mode="json")})
         if problem is not None:
             sys.exit(POISONED_EXIT)  # every later check would fail for this one's fault: start afresh

@@ -16,7 +16,8 @@ from typing import Any
 import torch
 
 from opmatrix.probes.runner import Skip, Task, WorkerContext
-from opmatrix.schema import CheckResult, FallbackState, FaultOutcome, Outcome
+from opmatrix.probes.runner.faultscope import after_restart
+from opmatrix.schema import CheckResult, FallbackState, FaultOutcome, FaultScope, Outcome
 from opmatrix.schema.workloads import (
     CompileCache,
     HostFallback,
@@ -67,9 +68,11 @@ def _result(task: Task, outcome: Outcome, **fields: Any) -> WorkloadResult:
                           description=spec.description if spec else "user workload", **fields)
 
 
-def fault_result(task: Task, outcome: FaultOutcome, text: str) -> WorkloadRecord:
-    """The record of a workload whose worker crashed, hung, ran out of memory or was poisoned."""
-    return WorkloadRecord(task=task.id, result=_result(task, Outcome(outcome.value), error=text[-2000:]))
+def fault_result(task: Task, outcome: FaultOutcome, text: str, scope: str | None = None) -> WorkloadRecord:
+    """The record of a workload whose worker crashed, hung, ran out of memory or was poisoned,
+    with how far the fault reached when that was observed."""
+    return WorkloadRecord(task=task.id, result=_result(task, Outcome(outcome.value), error=text[-2000:],
+                                                       fault_scope=FaultScope(scope) if scope else None))
 
 
 def _step_fn(step: WorkloadStep, run: steps.Run, backend: CompileBackend | None, stats: Stats) -> Callable[[], StepResult]:
@@ -136,7 +139,8 @@ def handle(ctx: WorkerContext, task: Task, progress: Callable[[str], None], skip
     fault = skip_rest or next(iter(skip.values()), None)
     if fault is not None:
         where = next(iter(skip), task.id)
-        return fault_result(task, fault.outcome, f"{fault.outcome} at {where}: {fault.message}")
+        scope = fault.scope or after_restart(ctx.adapter, None).scope.value
+        return fault_result(task, fault.outcome, f"{fault.outcome} at {where}: {fault.message}", scope)
     wl = build(p["workload"], TORCH_DTYPES[p["dtype"]], int(p.get("seed", 0)))
     run = steps.Run(adapter=ctx.adapter, workload=wl, device=ctx.adapter.device(), plain=p["mode"] == "compile")
     backend = None

@@ -30,7 +30,7 @@ class WorkloadHandler:
         """The workload faulted its worker every time: the fault as its outcome."""
         from .handler import fault_result
 
-        return fault_result(task, skip.outcome, f"{skip.outcome}: {skip.message}".strip())
+        return fault_result(task, skip.outcome, f"{skip.outcome}: {skip.message}".strip(), skip.scope)
 
     def unit_timeout(self, task: Task, unit: str, timeout: float) -> float:
         """Every step of a compile-mode task runs compiled code (its first call compiles)."""
