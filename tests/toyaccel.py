@@ -9,6 +9,7 @@ chosen by ``TOYACCEL_FLAVOUR`` before import (one PrivateUse1 backend per proces
   int8/int16/uint8 or rank >= 3 on the host (copies to the host, computes, copies back);
 - ``mm`` is registered; bfloat16 runs on the host the same way; float16 copies to the host
   and then raises an internal error;
+- ``relu`` is native and its backward (``threshold_backward``) is not: the boxed fallback serves it;
 - ``mul.Tensor``, ``neg``, ``abs.out`` ... are native (``abs`` and ``neg`` also for uint16 and
   uint32, which the host's kernels lack); so is ``index_select``, which reads its
   index to the host to check bounds (a copy one way) and gathers in device memory (a negative
@@ -20,6 +21,9 @@ chosen by ``TOYACCEL_FLAVOUR`` before import (one PrivateUse1 backend per proces
 a handful of elementwise ``.out`` kernels (add, mul, sub, neg, abs), no boxed fallback: every
 other op is a clean "could not run" rejection.
 
+``TOYACCEL_FALLBACK=alias`` makes the boxed fallback run host kernels over host views of the
+device's memory (no copies, as a backend whose device memory is host memory can).
+
 ``TOYACCEL_FAULT=crash:mul`` (or ``abort``, ``hang``) makes the ``mul`` kernel fault;
 ``hostile:mul`` (``hostile-error:mul``) makes it reject (fail) with :data:`HOSTILE_MESSAGE`;
 ``unreadable:mul`` raises an error whose ``str()`` raises; ``wrong:mul`` (or ``wrong:abs``)
@@ -30,6 +34,7 @@ worker accumulated (torch_xla's JIT running out of code memory), not from the in
 ``TOYACCEL_CPP_KERNELS=PATH`` loads C++ kernels (``tests/toyaccel_kernels.cpp``, built by
 :func:`build_cpp_kernels`) into the ``fallback`` flavour: ``atan2``, native for float32/16, host
 fallback from inside the C++ kernel for float64, rejected for integers, a crash on empty inputs.
+The C++ ``silu`` kernel is native; its backward (``silu_backward``) is served by the boxed fallback.
 The C++ ``hypot`` kernel computes float32 only and refuses every other dtype with a
 ``TORCH_CHECK`` ("only supports float32"). ``TOYACCEL_MEMORY_REFUSES=complex128,float64`` makes
 device memory refuse those dtypes at allocation (``NotImplementedError``; with
@@ -57,6 +62,9 @@ from opmatrix.backend import Adapter
 
 NAME = "toyaccel"
 FLAVOUR = os.environ.get("TOYACCEL_FLAVOUR", "fallback")
+#: the boxed fallback runs host kernels over the device's own memory (host views, no copies), as a
+#: backend whose device memory is host memory can: the fallback is seen by what ran, not by copies
+ALIASING_FALLBACK = os.environ.get("TOYACCEL_FALLBACK") == "alias"
 _aten = torch.ops.aten
 _CPU = torch.device("cpu")
 _CPU_KEY = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
@@ -291,6 +299,14 @@ def index_select(self: torch.Tensor, dim: int, index: torch.Tensor) -> torch.Ten
     return out
 
 
+def relu(self: torch.Tensor) -> torch.Tensor:
+    """Native; its backward (``threshold_backward``) has no kernel: the boxed fallback serves it."""
+    res = torch.relu(_view(self))
+    out = _out_like(res, res.dtype)
+    _view(out).copy_(res)
+    return out
+
+
 def fill_(self: torch.Tensor, value: Any) -> torch.Tensor:
     _view(self).fill_(value)
     return self
@@ -307,7 +323,7 @@ def boxed_fallback(op: Any, *args: Any, **kwargs: Any) -> Any:
 
     def host(v: Any) -> Any:
         if isinstance(v, torch.Tensor) and v.device.type == NAME:
-            h = v.cpu()
+            h = _view(v) if ALIASING_FALLBACK else v.cpu()
             pairs.append((v, h))
             return h
         if isinstance(v, (tuple, list)):
@@ -400,7 +416,7 @@ def install() -> None:
     if FLAVOUR == "minimal":
         return
     for name, fn in {"add.Tensor": _binary("add", torch.add), "mul.Tensor": _binary("mul", torch.mul), "mm": mm,
-                     "index_select": index_select}.items():
+                     "index_select": index_select, "relu": relu}.items():
         lib.impl(name, fn, "PrivateUse1")
     fallback = torch.library.Library("_", "IMPL")
     fallback.fallback(boxed_fallback, "PrivateUse1")
