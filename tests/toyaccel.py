@@ -27,14 +27,16 @@ device's memory (no copies, as a backend whose device memory is host memory can)
 ``TOYACCEL_FAULT=crash:mul`` (or ``abort``, ``hang``) makes the ``mul`` kernel fault;
 ``hostile:mul`` (``hostile-error:mul``) makes it reject (fail) with :data:`HOSTILE_MESSAGE`;
 ``unreadable:mul`` raises an error whose ``str()`` raises; ``wrong:mul`` (or ``wrong:abs``)
-returns every other value off by one (silently wrong); ``needs:mul`` refuses non-contiguous inputs and inputs of
+returns every other value off by one (silently wrong; ``wrong:sort``, an op the boxed fallback
+serves, reverses its integer outputs: indices that select the wrong values); ``needs:mul`` refuses non-contiguous inputs and inputs of
 rank 3 or more in a vendor's words ("TA_E_LAYOUT(0x31): mul kernel requires contiguous input"); ``worn:mul`` segfaults once this
 process has called the kernel ``TOYACCEL_WORN_AFTER`` times (default 20): a fault from what the
 worker accumulated (torch_xla's JIT running out of code memory), not from the input.
 ``TOYACCEL_CPP_KERNELS=PATH`` loads C++ kernels (``tests/toyaccel_kernels.cpp``, built by
 :func:`build_cpp_kernels`) into the ``fallback`` flavour: ``atan2``, native for float32/16, host
 fallback from inside the C++ kernel for float64, rejected for integers, a crash on empty inputs.
-The C++ ``silu`` kernel is native; its backward (``silu_backward``) is served by the boxed fallback.
+The C++ ``leaky_relu`` kernel is native; its backward (``leaky_relu_backward``) is served by the boxed
+fallback.
 The C++ ``hypot`` kernel computes float32 only and refuses every other dtype with a
 ``TORCH_CHECK`` ("only supports float32"). ``TOYACCEL_MEMORY_REFUSES=complex128,float64`` makes
 device memory refuse those dtypes at allocation (``NotImplementedError``; with
@@ -331,6 +333,8 @@ def boxed_fallback(op: Any, *args: Any, **kwargs: Any) -> Any:
         return v
 
     res = op(*host(list(args)), **{k: host(v) for k, v in kwargs.items()})
+    if os.environ.get("TOYACCEL_FAULT") == f"wrong:{op._schema.name.split('::')[-1]}":
+        res = _reversed_indices(res)
     written = {id(h) for h in _written(op, res)}
     for orig, h in pairs:  # in-place and out= arguments get the host's result back
         if id(h) in written:
@@ -346,6 +350,16 @@ def boxed_fallback(op: Any, *args: Any, **kwargs: Any) -> Any:
         return v
 
     return back(res)
+
+
+def _reversed_indices(res: Any) -> Any:
+    """A silently wrong fallback op (``wrong:sort``): every integer output reversed along its last
+    dim (a sort's indices then select the values in the wrong order)."""
+    if isinstance(res, torch.Tensor) and not (res.is_floating_point() or res.is_complex()) and res.dim():
+        return res.flip(-1)
+    if isinstance(res, (tuple, list)):
+        return type(res)(_reversed_indices(r) for r in res)
+    return res
 
 
 def _written(op: Any, res: Any) -> list[torch.Tensor]:
