@@ -94,6 +94,8 @@ class RunSummary:
     retried: int = 0  # units retried in a fresh worker after a crash (each one a restart)
     faults: dict[str, int] = field(default_factory=dict)
     paths: dict[str, int] = field(default_factory=dict)
+    #: one command per faulted task that probes it again (set with the matrix's fault count)
+    reproduce: list[str] = field(default_factory=list)
     aborted: bool = False
     interrupted: bool = False
     message: str = ""
