@@ -14,6 +14,7 @@ its reason.
 
 from __future__ import annotations
 
+import shlex
 from collections import defaultdict
 from collections.abc import Iterable
 
@@ -33,6 +34,7 @@ from opmatrix.schema import (
     TaskRecord,
     WorkloadRecord,
     WorkloadResult,
+    cell_fault,
 )
 
 from .compress import GridPoint, compress_cells
@@ -40,7 +42,7 @@ from .journal import Record, read_journal
 from .rollup import rollup
 from .workloads import predict_fallback
 
-__all__ = ["build_matrix", "collect_cells", "read_journal", "skip_reason"]
+__all__ = ["build_matrix", "collect_cells", "read_journal", "reproduction", "skip_reason"]
 
 FullKey = tuple[str, Mode, GridPoint, tuple[tuple[str, str], ...]]
 
@@ -58,16 +60,36 @@ def skip_reason(task: TaskRecord) -> str | None:
     return "the task yielded no cell"
 
 
+def reproduction(backend: tuple[str, str | None] | None, source: str, dtype: str) -> str:
+    """The one-line command that probes one task again: ``opmatrix probe --backend refaccel
+    --generation g2 --ops mm --dtypes complex64``. ``backend``: the run's ``--backend`` and
+    ``--generation`` as its journal header gives them; ``--ops`` takes the task's OpInfo name."""
+    name, gen = backend if backend is not None else ("BACKEND", None)
+    generation = f" --generation {shlex.quote(gen)}" if gen else ""
+    return f"opmatrix probe --backend {shlex.quote(name)}{generation} --ops {shlex.quote(source)} --dtypes {dtype}"
+
+
+def _reproducible(task: TaskRecord, result: CellResult, backend: tuple[str, str | None] | None) -> CellResult:
+    """A faulted cell (:func:`~opmatrix.schema.cell_fault`) says how to reproduce it, in its note."""
+    if cell_fault(result) is None:
+        return result
+    line = f"reproduce: {reproduction(backend, task.source, task.dtype.value)}"
+    if result.note and line in result.note:
+        return result
+    return result.model_copy(update={"note": "; ".join(n for n in (result.note, line) if n)})
+
+
 def _key(cell: CellRecord) -> FullKey:
     return cell.op, cell.mode, (cell.dtype, cell.rank, cell.layout), tuple(sorted(cell.result.conditions.items()))
 
 
-def _device_results(task: TaskRecord) -> list[tuple[FullKey, CellResult]]:
+def _device_results(task: TaskRecord, backend: tuple[str, str | None] | None = None
+                    ) -> list[tuple[FullKey, CellResult]]:
     """The task's cells, each saying which device produced it; a cell that another device of the
     node ran differently (one right, one wrong: ``probe --devices`` cross-checks wrong cells) is
     *device-dependent*: its worst outcome stands, with each device's path, outcome and identity."""
     if task.device is None:
-        return [(_key(c), c.result) for c in task.cells]
+        return [(_key(c), _reproducible(task, c.result, backend)) for c in task.cells]
     others: dict[FullKey, list[tuple[str, str | None, CellResult]]] = defaultdict(list)
     for run in task.cross_checks:
         for c in run.cells:
@@ -85,15 +107,17 @@ def _device_results(task: TaskRecord) -> list[tuple[FullKey, CellResult]]:
             said = ", ".join(f"{d} {r.outcome.value}" for d, _, r in sorted(seen, key=lambda s: s[0]))
             result = worst
             update["note"] = "; ".join(n for n in (worst.note, f"device-dependent: {said}") if n)
-        out.append((key, result.model_copy(update=update)))
+        out.append((key, _reproducible(task, result.model_copy(update=update), backend)))
     return out
 
 
-def collect_cells(tasks: Iterable[TaskRecord]) -> dict[FullKey, CellResult]:
-    """One rolled-up result per cell key (op, mode, (dtype, rank, layout), conditions)."""
+def collect_cells(tasks: Iterable[TaskRecord], backend: tuple[str, str | None] | None = None
+                  ) -> dict[FullKey, CellResult]:
+    """One rolled-up result per cell key (op, mode, (dtype, rank, layout), conditions); a faulted
+    cell's note says how to reproduce it (``backend``: the run's --backend and --generation)."""
     found: dict[FullKey, list[CellResult]] = defaultdict(list)
     for task in tasks:
-        for key, result in _device_results(task):
+        for key, result in _device_results(task, backend):
             found[key].append(result)
     return {key: rollup(results) for key, results in found.items()}
 
@@ -145,8 +169,11 @@ def build_matrix(
     tasks: dict[str, TaskRecord] = {}
     runtime_records: list[RuntimeRecord] = []
     workloads: list[WorkloadResult] = []
+    header: JournalHeader | None = None
     for record in records:
-        if isinstance(record, TaskRecord):
+        if isinstance(record, JournalHeader):
+            header = header or record
+        elif isinstance(record, TaskRecord):
             if record.task in tasks:
                 raise ValueError(
                     f"task {record.task!r} appears twice; read journals with read_journal()/merge_records(), "
@@ -157,10 +184,12 @@ def build_matrix(
             runtime_records.append(record)
         elif isinstance(record, WorkloadRecord):
             workloads.append(record.result)
-        elif not isinstance(record, JournalHeader):
+        else:
             raise TypeError(f"not a journal record: {type(record).__name__}")
     skipped = {task_id: reason for task_id, task in tasks.items() if (reason := skip_reason(task)) is not None}
-    cells = collect_cells(tasks.values())
+    # a faulted cell's reproduction names the backend as the run was asked for it (a plugin's
+    # ``module:attr``, not the device name)
+    cells = collect_cells(tasks.values(), (header.backend, header.generation) if header else (backend.name, backend.generation))
     not_run = {f"{task_id} {unit}": why for task_id, task in tasks.items() for unit, why in task.not_run.items()}
     operators = compress_cells(cells)
     return Matrix(

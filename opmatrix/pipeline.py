@@ -103,13 +103,41 @@ def _build(plan: Any, summary: Any) -> Any:
     records = scan_journal(plan.out / JOURNAL).records
     planned = {t.id for t in plan.planned}
     evidence = probe_evidence(plan.adapter, plan.command, plan.started, plan.source, worker_evidence(records))
-    matrix = build_matrix(_selected(records, planned), backend=plan.backend_id, evidence=evidence)
+    selected = _selected(records, planned)
+    matrix = build_matrix(selected, backend=plan.backend_id, evidence=evidence)
+    summary.faults, summary.reproduce = _faults(selected, matrix)
     recorded = {getattr(r, "task", None) for r in records}
     missing = sorted(planned - recorded)
     if missing:  # an aborted run: what was planned but never ran is said, not silently absent
         why = f"not run: the run aborted ({summary.message})" if summary.aborted else "not run"
         matrix = matrix.model_copy(update={"skipped": {**matrix.skipped, **{m: why for m in missing}}})
     return matrix
+
+
+#: how many reproduction commands the summary prints (the op pages hold every one)
+_REPRODUCE_SHOWN = 8
+
+
+def _faults(records: list[Record], matrix: Any) -> tuple[dict[str, int], list[str]]:
+    """The one fault count: the matrix's faulted cells (a backward that crashed the worker
+    counts, :func:`~opmatrix.schema.cell_fault`, as the site counts them) and the tasks that
+    faulted before naming any cell; and a reproduction command per faulted task."""
+    from opmatrix.matrix.build import reproduction
+    from opmatrix.schema import TaskRecord, cell_fault
+
+    faults = {f.value: n for f, n in count_matrix(matrix).cells_faulted.items() if n}
+    header = next((r for r in records if isinstance(r, JournalHeader)), None)
+    backend = (header.backend, header.generation) if header else (matrix.backend.name, matrix.backend.generation)
+    lines: dict[str, None] = {}
+    for r in records:
+        if not isinstance(r, TaskRecord):
+            continue
+        cellless = not r.cells and r.outcome.fault is not None
+        if cellless:
+            faults[r.outcome.value] = faults.get(r.outcome.value, 0) + 1
+        if cellless or any(cell_fault(c.result) is not None for c in r.cells):
+            lines[reproduction(backend, r.source, r.dtype.value)] = None
+    return dict(sorted(faults.items())), list(lines)
 
 
 def _report(plan: Any, summary: Any, matrix: Any) -> int:
@@ -124,6 +152,11 @@ def _report(plan: Any, summary: Any, matrix: Any) -> int:
         print(f"{who}: no operator, runtime or workload task in this run")
     if faults:
         print("faulted cells: " + ", ".join(f"{k} {v}" for k, v in faults.items()))
+        shown = summary.reproduce[:_REPRODUCE_SHOWN]
+        for line in shown:
+            print(f"  reproduce: {line}")
+        if len(summary.reproduce) > len(shown):
+            print(f"  ... {len(summary.reproduce) - len(shown)} more faulted tasks: see their cells' notes in the matrix")
     from opmatrix.probes.workloads.cli import summary_lines
 
     for line in summary_lines(matrix.workloads):

@@ -31,6 +31,7 @@ from opmatrix.schema import (
     Matrix,
     Mode,
     Outcome,
+    cell_fault,
     count_matrix,
 )
 from opmatrix.schema.conditions import describe
@@ -140,10 +141,14 @@ class Coverage:
         """Cells that ran with numerics outside tolerance."""
         return self.outcomes[Outcome.wrong]
 
+    #: faulted cells (:func:`opmatrix.schema.cell_fault`: a backward that crashed the worker counts)
+    faulted: int = 0
+
     @property
     def faults(self) -> int:
-        """Cells whose probe crashed, hung, ran out of memory, poisoned the device or errored."""
-        return sum(n for outcome, n in self.outcomes.items() if outcome.is_fault)
+        """Cells whose probe crashed, hung, ran out of memory, poisoned the device or errored,
+        forward or (crashing the worker) backward: the count ``probe`` prints and exits 1 on."""
+        return self.faulted
 
 
 def coverage(matrix: Matrix) -> Coverage:
@@ -157,7 +162,8 @@ def coverage(matrix: Matrix) -> Coverage:
         counts[dtype][path] += n
         by_mode[mode][dtype][path] += n
     return Coverage(dtypes=dtypes, counts=counts, outcomes=Counter(counted.cells_by_outcome),
-                    fallback_observed=counted.fallback_observed, by_mode=by_mode, modes_text=counted.modes_text())
+                    fallback_observed=counted.fallback_observed, by_mode=by_mode, modes_text=counted.modes_text(),
+                    faulted=counted.faults)
 
 
 @dataclass(frozen=True)
@@ -190,6 +196,8 @@ def _entry_line(entry: Entry) -> str:
     parts = [entry.path.value]
     if entry.outcome is not Outcome.ok:
         parts[0] += f" ({entry.outcome.value})"
+    elif (fault := cell_fault(entry)) is not None:  # the forward ran; its backward faulted the worker
+        parts[0] += f" (backward {fault.value})"
     parts.append(ranks_text(entry))
     parts.append(", ".join(layout.value for layout in entry.layouts))
     if entry.conditions:
@@ -240,7 +248,7 @@ def _grid_cell(op: str, dtype: DType, entries: Sequence[Entry]) -> GridCell:
         primary=primary,
         others=others,
         wrong=any(e.outcome is Outcome.wrong for e in entries),
-        fault=any(e.outcome.is_fault for e in entries),
+        fault=any(cell_fault(e) is not None for e in entries),
         fallback=any(e.path is ExecPath.fallback or e.fallback.state is FallbackState.observed for e in entries),
         title="\n".join(lines),
     )

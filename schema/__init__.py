@@ -11,7 +11,7 @@ ATen overloads to entries of cells with identical results::
 from .base import Model, RankRange
 from .conditions import TENSOR, describe, features_of, matches
 from .contract import Contract, LevelRequirement, OperatorRequirement, ToleranceOverride, Waiver, WaiverMatch
-from .counts import MatrixCounts, count_matrix
+from .counts import BACKWARD_FAULTS, MatrixCounts, cell_fault, count_matrix
 from .devices import DeviceCheck, DeviceOutcome
 from .enums import (
     DEFAULT_DTYPES,
@@ -80,7 +80,8 @@ __all__ = [
     "LevelRequirement", "Matrix", "Mode", "Model", "Numerics", "OpSource", "OperatorRequirement",
     "Outcome", "RankRange", "ReferenceKind", "Runtime", "RuntimeCheck", "RuntimeRecord", "Samples",
     "TaskRecord", "ToleranceOverride", "UsageError", "Waiver", "WaiverMatch",
-    "MatrixCounts", "count_matrix", "describe", "dump_model", "dump_yaml", "dumps_model", "features_of", "json_schema", "load_contract",
+    "BACKWARD_FAULTS", "MatrixCounts", "cell_fault", "count_matrix", "describe", "dump_model", "dump_yaml",
+    "dumps_model", "features_of", "json_schema", "load_contract",
     "WorkloadRecord", "WorkloadRequirement", "WorkloadResult", "WorkloadStep",
     "load_document", "load_matrix", "load_model", "loads_yaml", "matches", "model_to_data",
     "validate_data", "validate_file", "write_text_atomic", "gc_paused",

@@ -9,16 +9,32 @@ must agree, so they all come from :func:`count_matrix`::
 A *cell* is one (operator, dtype, rank, layout, mode, condition group) probe result; an *entry*
 is one record of the matrix file (a contract-level entry groups several exact boxes); a *sample*
 is one call probed inside a cell.
+
+A cell is *faulted* when its own call faulted, or when its backward killed, hung or exhausted the
+worker (:func:`cell_fault`): the probe's summary, its exit code and the site all count faults so.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .enums import DType, ExecPath, FallbackState, Mode, Outcome
-from .matrix import Matrix
+from .enums import DType, ExecPath, FallbackState, FaultOutcome, Mode, Outcome
+from .matrix import CellResult, Matrix
 
-__all__ = ["MatrixCounts", "count_matrix"]
+__all__ = ["BACKWARD_FAULTS", "MatrixCounts", "cell_fault", "count_matrix"]
+
+#: faults of a cell's backward that are faults of the process (the worker died, hung, ran out of
+#: memory or poisoned the device in it): the cell's fault, whatever its forward call gave
+BACKWARD_FAULTS = frozenset({FaultOutcome.crashed, FaultOutcome.hung, FaultOutcome.oom, FaultOutcome.poisoned})
+
+
+def cell_fault(result: CellResult) -> FaultOutcome | None:
+    """The fault a cell counts as: its own outcome's, else its backward's when that faulted the
+    process (:data:`BACKWARD_FAULTS`); None for a cell that did not fault."""
+    if result.outcome.fault is not None:
+        return result.outcome.fault
+    backward = result.autograd.outcome.fault if result.autograd is not None else None
+    return backward if backward in BACKWARD_FAULTS else None
 
 
 @dataclass(frozen=True)
@@ -38,6 +54,13 @@ class MatrixCounts:
     cells_by: dict[tuple[Mode, DType, ExecPath], int] = field(default_factory=dict)
     #: cells whose entry observed host fallback (any path)
     fallback_observed: int = 0
+    #: faulted cells by fault (:func:`cell_fault`: a backward that crashed the worker counts)
+    cells_faulted: dict[FaultOutcome, int] = field(default_factory=dict)
+
+    @property
+    def faults(self) -> int:
+        """Faulted cells (:func:`cell_fault`), the number every command and the site show."""
+        return sum(self.cells_faulted.values())
 
     def modes_text(self) -> str:
         """``all modes: eager 700, compile 165`` (or ``eager only``): which modes a total covers."""
@@ -69,6 +92,7 @@ def count_matrix(matrix: Matrix) -> MatrixCounts:
     by_outcome = {o: 0 for o in Outcome}
     by_mode = {m: 0 for m in Mode}
     cells_by: dict[tuple[Mode, DType, ExecPath], int] = {}
+    faulted: dict[FaultOutcome, int] = {}
     boxes = samples = observed = 0
     for entries in matrix.boxes().values():
         for box in entries:
@@ -76,6 +100,8 @@ def count_matrix(matrix: Matrix) -> MatrixCounts:
             n = len(box.dtypes) * per_dtype
             by_path[box.path] += n
             by_outcome[box.outcome] += n
+            if (fault := cell_fault(box)) is not None:
+                faulted[fault] = faulted.get(fault, 0) + n
             by_mode[box.mode] += n
             for dtype in box.dtypes:
                 key = (box.mode, dtype, box.path)
@@ -95,4 +121,5 @@ def count_matrix(matrix: Matrix) -> MatrixCounts:
         cells_by_mode={m: n for m, n in by_mode.items() if n},
         cells_by=cells_by,
         fallback_observed=observed,
+        cells_faulted={f: faulted[f] for f in FaultOutcome if f in faulted},
     )

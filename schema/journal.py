@@ -61,6 +61,8 @@ class TaskRecord(Model):
     worker: int | None = None
     device: str | None = Field(default=None, description="the device that ran the task, as torch names it (--devices)")
     device_uuid: str | None = Field(default=None, description="that device's stable identity")
+    host: str | None = Field(default=None, description="the host name of the machine whose worker ran the task")
+    node: str | None = Field(default=None, description="the Ray node id of that machine (--executor ray)")
     cross_checks: list[DeviceCells] = Field(
         default_factory=list, description="a wrong cell probed again on another device of the node"
     )

@@ -51,6 +51,19 @@ class SickCpuAdapter(CpuAdapter):
         return "device lost after a sick unit" if _SICK else super().health_check()
 
 
+class SplitGenerationAdapter(CpuAdapter):
+    """The cpu adapter as a pool that started the wrong workers reports it: the first process to
+    claim ``OPMATRIX_TEST_GEN_MARK`` (a file) is generation g2, every later one g1."""
+
+    def __init__(self, generation: str | None = None, device_index: int = 0) -> None:
+        try:
+            os.close(os.open(os.environ["OPMATRIX_TEST_GEN_MARK"], os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            generation = "g2"
+        except FileExistsError:
+            generation = "g1"
+        super().__init__(generation, device_index)
+
+
 def make_tasks(
     count: int,
     *,

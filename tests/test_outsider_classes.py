@@ -185,6 +185,25 @@ def test_a_backward_fault_counts_as_a_fault_of_the_run() -> None:
     assert count_record({"kind": "task", "cells": [cell]})[1] == {"ok": 1, "crashed": 1}
     cell["result"]["autograd"]["outcome"] = "error"  # an error is the cell's finding, not a process fault
     assert count_record({"kind": "task", "cells": [cell]})[1] == {"ok": 1}
+    cell["result"].update(outcome="crashed", autograd={"path": "unknown", "outcome": "crashed"})
+    assert count_record({"kind": "task", "cells": [cell]})[1] == {"crashed": 1}  # one cell, one fault
+
+
+def test_the_matrix_counts_a_backward_crash_as_the_cells_fault() -> None:
+    """count_matrix (the site's count) and the probe's summary use one rule: cell_fault."""
+    from opmatrix.schema import Autograd, CellResult, ExecPath, FaultOutcome, Outcome, Samples, cell_fault
+
+    def result(outcome: str, backward: str | None) -> CellResult:
+        grad = Autograd(path=ExecPath.unknown, outcome=Outcome(backward)) if backward else None
+        return CellResult(path=ExecPath.native, outcome=Outcome(outcome), autograd=grad,
+                          samples=Samples(probed=1, passed=0))
+
+    assert cell_fault(result("ok", "crashed")) is FaultOutcome.crashed
+    assert cell_fault(result("ok", "hung")) is FaultOutcome.hung
+    assert cell_fault(result("ok", "error")) is None  # a backward's error is a finding of the cell
+    assert cell_fault(result("error", None)) is FaultOutcome.error
+    assert cell_fault(result("wrong", "crashed")) is FaultOutcome.crashed
+    assert cell_fault(result("ok", None)) is None
 
 
 @pytest.mark.slow
@@ -194,9 +213,24 @@ def test_a_worker_killed_in_a_backward_fails_the_probe(tmp_path: Path) -> None:
     it faulted and exits 1, as the README's exit codes promise for a crash."""
     proc, matrix = _probe(tmp_path / "out", "abs", "float32", TOYACCEL_FAULT="crash:sgn")
     assert proc.returncode == 1, proc.stdout[-2000:]
-    assert "faulted cells: crashed" in proc.stdout, proc.stdout[-2000:]
-    backward = {(e.get("autograd") or {}).get("outcome") for e in _all(matrix, "aten.abs.default", "float32")}
+    entries = _all(matrix, "aten.abs.default", "float32")
+    backward = {(e.get("autograd") or {}).get("outcome") for e in entries}
     assert "crashed" in backward, backward
+    # one fault count: the summary line, the exit code and the site agree, and say how to reproduce
+    from opmatrix.reports.summary import coverage
+    from opmatrix.schema import load_matrix
+
+    crashed = coverage(load_matrix(tmp_path / "out" / "matrix.yaml")).faults
+    assert crashed > 0 and f"faulted cells: crashed {crashed}\n" in proc.stdout, proc.stdout[-2000:]
+    command = "opmatrix probe --backend tests.toyaccel:ToyAdapter --ops abs --dtypes float32"
+    assert f"  reproduce: {command}\n" in proc.stdout, proc.stdout[-2000:]
+    assert all(f"reproduce: {command}" in e["note"] for e in entries if e["autograd"]["outcome"] == "crashed")
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "opmatrix", "report", str(tmp_path / "out" / "matrix.yaml"), "--out",
+                    str(site)], check=True, capture_output=True, cwd=ROOT)
+    index = (site / "index.html").read_text()
+    assert f'<b id="n-faults">{crashed}</b> faults' in index
+    assert "<i>\u00d7</i>" in index or "<i>×</i>" in index  # the abs square is marked faulted, not a plain F
 
 
 @pytest.mark.slow

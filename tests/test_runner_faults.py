@@ -258,3 +258,30 @@ def test_last_words_keeps_the_fatal_block() -> None:
     words = last_words(log)
     assert words.startswith("noise") and "terminate called" in words and "Extension modules" not in words
     assert last_words("plain tail") == "plain tail"
+
+
+def test_a_worker_of_another_generation_stops_the_run_and_adds_no_record(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every record's worker is checked against the run's header: a second worker that probes g1
+    in a g2 run (a pool started the wrong workers) stops the run, naming it, before it records."""
+    monkeypatch.setenv("OPMATRIX_TEST_GEN_MARK", str(tmp_path / "first-worker"))
+    summary = run(make_tasks(6, sleep=0.2), command="runner test", backend="tests.runner_handlers:SplitGenerationAdapter",
+                  generation="g2", out_dir=tmp_path / "out", workers=2, timeout=20.0, handlers=HANDLERS, progress=False)
+    assert summary.aborted, summary
+    assert "probes tests.runner_handlers:SplitGenerationAdapter generation g1" in summary.message, summary.message
+    assert "the run is for generation g2" in summary.message, summary.message
+    lines = [json.loads(x) for x in (tmp_path / "out" / "journal.jsonl").read_text().splitlines()]
+    assert lines[0]["generation"] == "g2" and "|gen=g2|" in lines[0]["evidence_key"] + "|"
+    wrong = int(summary.message.split("worker ", 1)[1].split(":", 1)[0])
+    assert all(line.get("worker") != wrong for line in lines[1:]), lines  # nothing of the g1 worker
+
+
+def test_every_record_names_the_machine_that_ran_it(tmp_path: Path) -> None:
+    """Beside the device, a record names its machine: the host name (and the Ray node id, which a
+    local run has none of), so that cells from several nodes can be told apart."""
+    import socket
+
+    run(make_tasks(2), command="runner test", backend="cpu", out_dir=tmp_path, workers=1, timeout=20.0,
+        handlers=HANDLERS, progress=False)
+    records = list(_records(tmp_path).values())
+    assert records and all(r["host"] == socket.gethostname() and r["node"] is None for r in records), records

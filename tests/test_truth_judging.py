@@ -1,6 +1,7 @@
 """The judging parts of truth, round 3, without a device: comparisons that run for every dtype,
 errors of wrong integer results, random draws judged by their distribution, the refusal table,
-views that keep their storage, and empty-input-only support split off its cell."""
+views that keep their storage, empty-input-only support split off its cell, and outputs an op
+does not define uniquely (tied indices, unordered results) compared by what it does define."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import torch
 
 from opmatrix.backend.base import REFUSALS, refusal_of
 from opmatrix.probes.ops.cells import SampleResult, cells_from_samples
+from opmatrix.probes.ops.defined import canonical, canonical_gradients
 from opmatrix.probes.ops.layouts import make_variant, to_device
 from opmatrix.probes.ops.numerics import compare, moments_differ
 from opmatrix.schema import ErrorInfo, ExecPath, Layout, Mode, Outcome
@@ -153,3 +155,76 @@ def test_a_tensor_where_the_cpu_returns_a_value_is_a_difference() -> None:
     got = compare(torch.tensor([True, True]), True, 0.0, 0.0)
     assert not got.ok and "is a tensor, expected bool" in got.detail, got
     assert compare(torch.tensor(3), torch.tensor(3), 0.0, 0.0).ok
+
+
+def test_tied_sort_indices_are_judged_by_the_values_they_select() -> None:
+    """8,000 equal values: the CPU sorts the expanded view in place order, a device that sorts a
+    contiguous copy returns another order; both select the same values, so both are right."""
+    x = torch.zeros(1).expand(8000)
+    cpu, device = tuple(torch.sort(x)), tuple(torch.sort(x.contiguous()))
+    assert not torch.equal(cpu[1], device[1])  # the tie order really differs
+    same = canonical("aten.sort.default", (x, (), {}), device, cpu)
+    assert same.rewritten and same.problem is None and compare(same.out, same.ref, 0.0, 0.0).ok
+
+
+def test_indices_that_select_wrong_values_or_repeat_are_wrong() -> None:
+    """Reversed indices of distinct values select the wrong values; indices that repeat a tied
+    element select the right values yet are no permutation: both are said."""
+    x = torch.arange(10.0)
+    cpu = tuple(torch.sort(x))
+    reversed_ = canonical("aten.sort.default", (x, (), {}), (cpu[0], cpu[1].flip(0)), cpu)
+    assert not compare(reversed_.out, reversed_.ref, 0.0, 0.0).ok
+    ties = torch.zeros(6)
+    repeated = canonical("aten.sort.default", (ties, (), {}), (ties, torch.zeros(6, dtype=torch.long)),
+                         tuple(torch.sort(ties)))
+    assert repeated.problem == "output 1: 5 indices along dim -1 repeat an element (they must be distinct)"
+
+
+def test_a_stable_sort_compares_its_indices_exactly() -> None:
+    """With stable=True the order of ties is defined (input order): the indices are not rewritten."""
+    x = torch.zeros(5)
+    cpu = tuple(torch.sort(x, stable=True))
+    other = canonical("aten.sort.stable", (x, (), {"stable": True}), (cpu[0], cpu[1].flip(0)), cpu)
+    assert not other.rewritten and not compare(other.out, other.ref, 0.0, 0.0).ok
+
+
+def test_reductions_with_an_index_keep_dim_or_drop_it() -> None:
+    """max.dim's index of a tie (keepdim or not) is right when it selects the maximum."""
+    x = torch.tensor([[3.0, 1.0, 3.0], [2.0, 2.0, 0.0]])
+    for keepdim in (False, True):
+        cpu = tuple(torch.max(x, 1, keepdim))
+        other = (cpu[0], torch.tensor([[2], [1]]) if keepdim else torch.tensor([2, 1]))
+        same = canonical("aten.max.dim", (x, (1, keepdim), {}), other, cpu)
+        assert same.problem is None and compare(same.out, same.ref, 0.0, 0.0).ok
+        wrong = canonical("aten.max.dim", (x, (1, keepdim), {}), (cpu[0], cpu[1] * 0 + 1), cpu)
+        assert not compare(wrong.out, wrong.ref, 0.0, 0.0).ok
+
+
+def test_unsorted_topk_and_unique_compare_as_sets() -> None:
+    """topk(sorted=False) and unique(sorted=False) promise no order: another order is right, other
+    values are not."""
+    x = torch.tensor([5.0, 1.0, 4.0, 2.0])
+    cpu = tuple(torch.topk(x, 2, sorted=False))
+    flipped = (cpu[0].flip(0), cpu[1].flip(0))
+    same = canonical("aten.topk.default", (x, (2, -1, True, False), {}), flipped, cpu)
+    assert compare(same.out, same.ref, 0.0, 0.0).ok
+    u = torch.tensor([3, 1, 3, 2])
+    ref = (torch.tensor([1, 2, 3]), torch.tensor([2, 0, 2, 1]), torch.tensor([1, 1, 2]))
+    dev = (torch.tensor([3, 1, 2]), torch.tensor([0, 1, 0, 2]), torch.tensor([2, 1, 1]))
+    same = canonical("aten._unique2.default", (u, (False, True, True), {}), dev, ref)
+    assert compare(same.out, same.ref, 0.0, 0.0).ok
+    bad = canonical("aten._unique2.default", (u, (False, True, True), {}), (dev[0], dev[1], ref[2]), ref)
+    assert not compare(bad.out, bad.ref, 0.0, 0.0).ok
+
+
+def test_gradients_through_tied_selections_compare_per_tie_group() -> None:
+    """Sorting ties on another order sends each upstream gradient to another equal element: the
+    sum over each group of equal inputs is what is defined, and a gradient off that sum is wrong."""
+    x = torch.tensor([1.0, 2.0, 1.0, 1.0])
+    cpu_grad, device_grad = torch.tensor([1.0, 5.0, 2.0, 3.0]), torch.tensor([3.0, 5.0, 1.0, 2.0])
+    a, e = canonical_gradients("aten.sort.default", (x, (), {}), (True,), [device_grad], [cpu_grad])
+    assert compare(a, e, 0.0, 0.0).ok
+    a, e = canonical_gradients("aten.sort.default", (x, (), {}), (True,), [device_grad + 1], [cpu_grad])
+    assert not compare(a, e, 0.0, 0.0).ok
+    a, e = canonical_gradients("aten.sort.stable", (x, (), {"stable": True}), (True,), [device_grad], [cpu_grad])
+    assert not compare(a, e, 0.0, 0.0).ok  # a stable sort's gradient is defined element by element

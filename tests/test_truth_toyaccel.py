@@ -298,3 +298,44 @@ def test_a_cpp_kernel_that_falls_back_from_inside_is_fallback_and_its_crash_stay
     line = subprocess.run([sys.executable, "-m", "opmatrix", "query", str(tmp_path / "out" / "matrix.yaml"),
                            "aten.atan2.default"], capture_output=True, text=True, cwd=ROOT).stdout.splitlines()[0]
     assert "FAULTS (crashed when input=empty)" in line, line
+
+
+def test_a_sort_of_ties_on_a_contiguous_copy_is_ok_and_wrong_indices_are_wrong(tmp_path: Path) -> None:
+    """toyaccel's boxed fallback sorts a contiguous copy of an expanded input (8,000 equal values):
+    another tie order than the CPU's, and right; a fallback whose indices select the wrong values
+    (``wrong:sort``) still reads wrong."""
+    proc, matrix = _probe(tmp_path / "ties", "sort", "float32", "expanded,contiguous")
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    entries = [e for es in _cells(matrix, "aten.sort.default", "float32").values() for e in es]
+    assert {e["outcome"] for e in entries} == {"ok"}, [e.get("note") for e in entries]
+    assert any("expanded" in e["layouts"] and e["ranks"]["min"] <= 1 <= e["ranks"]["max"] for e in entries)
+    proc, matrix = _probe(tmp_path / "wrong", "sort", "float32", "contiguous", TOYACCEL_FAULT="wrong:sort")
+    wrong = [e for es in _cells(matrix, "aten.sort.default", "float32").values() for e in es if e["outcome"] == "wrong"]
+    assert wrong and all("output 1:" in e["note"] for e in wrong), wrong
+
+
+def test_a_backward_served_by_the_boxed_fallback_is_fallback_without_copies(tmp_path: Path) -> None:
+    """relu is native; its backward (threshold_backward: no kernel, a structured op whose generic
+    wrapper is no kernel of toyaccel's) runs on the host in the boxed fallback, which here works
+    on host views of device memory (no copies to see): the backward is fallback."""
+    proc, matrix = _probe(tmp_path / "out", "nn.functional.relu", "float32", TOYACCEL_FALLBACK="alias")
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    entries = [e for es in _cells(matrix, "aten.relu.default", "float32").values() for e in es]
+    assert {e["path"] for e in entries} == {"native"}, entries
+    assert {e["autograd"]["path"] for e in entries} == {"fallback"}, entries
+
+
+def test_a_cpp_kernels_backward_served_by_the_boxed_fallback_is_fallback(tmp_path: Path) -> None:
+    """leaky_relu in C++ is native; its backward (leaky_relu_backward, no kernel) runs in the boxed
+    fallback over host views (no copies): fallback, on the C++ backend as on the Python one."""
+    if shutil.which(os.environ.get("CXX", "c++")) is None:
+        pytest.fail("no C++ compiler: this test builds tests/toyaccel_kernels.cpp (install g++; see README)")
+    from .toyaccel import build_cpp_kernels
+
+    library = build_cpp_kernels(_kernel_build_dir())
+    proc, matrix = _probe(tmp_path / "out", "nn.functional.leaky_relu", "float32", TOYACCEL_CPP_KERNELS=library,
+                          TOYACCEL_FALLBACK="alias")
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    entries = [e for es in _cells(matrix, "aten.leaky_relu.default", "float32").values() for e in es]
+    assert {e["path"] for e in entries} == {"native"}, entries
+    assert {e["autograd"]["path"] for e in entries} == {"fallback"}, entries

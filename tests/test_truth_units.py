@@ -235,3 +235,27 @@ def test_refaccel_g1_where_int64_falls_back_inside_its_kernel(tmp_path: Path) ->
     assert got["int64"] and all(path == "fallback" and state == "observed" and copies >= 3
                                 for path, state, copies in got["int64"]), got
     assert got["int32"] and all(path == "native" and state == "not_observed" for path, state, _ in got["int32"]), got
+
+
+def test_a_clean_refusal_is_rejected_and_no_fault() -> None:
+    """The fast loop's own check of the rule (before only a slow test held it): refaccel g2's
+    device memory cannot hold complex64, and says so; every add complex64 cell is rejected with
+    outcome ok (never error), and names the refusal; so is addcmul, which has no kernel and which
+    the host fallback may not serve."""
+    import opmatrix.backend.refaccel as refaccel
+    from opmatrix.backend.registry import get_adapter
+    from opmatrix.probes.ops.engine import probe_task
+
+    refaccel.install()
+    if refaccel.installed_generation() != "g2":
+        pytest.fail("this process installed refaccel g1 first; the test needs g2 (one generation per process)")
+    adapter = get_adapter("refaccel", "g2")
+    adapter.setup()
+    rec = probe_task(adapter, "add", "complex64", options={"layouts": ["contiguous"], "compile": "off"})
+    assert rec.cells, rec
+    assert {(c.result.path.value, c.result.outcome.value) for c in rec.cells} == {("rejected", "ok")}, rec.cells
+    assert all(c.result.error is not None and "complex64" in c.result.error.message for c in rec.cells)
+    # a kernel-less op the host fallback may not serve: the call itself refuses (not the staging)
+    rec = probe_task(adapter, "addcmul", "float32", options={"layouts": ["contiguous"], "compile": "off"})
+    eager = [c for c in rec.cells if c.mode.value == "eager"]
+    assert eager and {(c.result.path.value, c.result.outcome.value) for c in eager} == {("rejected", "ok")}, eager

@@ -9,6 +9,7 @@ chosen by ``TOYACCEL_FLAVOUR`` before import (one PrivateUse1 backend per proces
   int8/int16/uint8 or rank >= 3 on the host (copies to the host, computes, copies back);
 - ``mm`` is registered; bfloat16 runs on the host the same way; float16 copies to the host
   and then raises an internal error;
+- ``relu`` is native and its backward (``threshold_backward``) is not: the boxed fallback serves it;
 - ``mul.Tensor``, ``neg``, ``abs.out`` ... are native (``abs`` and ``neg`` also for uint16 and
   uint32, which the host's kernels lack); so is ``index_select``, which reads its
   index to the host to check bounds (a copy one way) and gathers in device memory (a negative
@@ -20,16 +21,22 @@ chosen by ``TOYACCEL_FLAVOUR`` before import (one PrivateUse1 backend per proces
 a handful of elementwise ``.out`` kernels (add, mul, sub, neg, abs), no boxed fallback: every
 other op is a clean "could not run" rejection.
 
+``TOYACCEL_FALLBACK=alias`` makes the boxed fallback run host kernels over host views of the
+device's memory (no copies, as a backend whose device memory is host memory can).
+
 ``TOYACCEL_FAULT=crash:mul`` (or ``abort``, ``hang``) makes the ``mul`` kernel fault;
 ``hostile:mul`` (``hostile-error:mul``) makes it reject (fail) with :data:`HOSTILE_MESSAGE`;
 ``unreadable:mul`` raises an error whose ``str()`` raises; ``wrong:mul`` (or ``wrong:abs``)
-returns every other value off by one (silently wrong); ``needs:mul`` refuses non-contiguous inputs and inputs of
+returns every other value off by one (silently wrong; ``wrong:sort``, an op the boxed fallback
+serves, reverses its integer outputs: indices that select the wrong values); ``needs:mul`` refuses non-contiguous inputs and inputs of
 rank 3 or more in a vendor's words ("TA_E_LAYOUT(0x31): mul kernel requires contiguous input"); ``worn:mul`` segfaults once this
 process has called the kernel ``TOYACCEL_WORN_AFTER`` times (default 20): a fault from what the
 worker accumulated (torch_xla's JIT running out of code memory), not from the input.
 ``TOYACCEL_CPP_KERNELS=PATH`` loads C++ kernels (``tests/toyaccel_kernels.cpp``, built by
 :func:`build_cpp_kernels`) into the ``fallback`` flavour: ``atan2``, native for float32/16, host
 fallback from inside the C++ kernel for float64, rejected for integers, a crash on empty inputs.
+The C++ ``leaky_relu`` kernel is native; its backward (``leaky_relu_backward``) is served by the boxed
+fallback.
 The C++ ``hypot`` kernel computes float32 only and refuses every other dtype with a
 ``TORCH_CHECK`` ("only supports float32"). ``TOYACCEL_MEMORY_REFUSES=complex128,float64`` makes
 device memory refuse those dtypes at allocation (``NotImplementedError``; with
@@ -57,6 +64,9 @@ from opmatrix.backend import Adapter
 
 NAME = "toyaccel"
 FLAVOUR = os.environ.get("TOYACCEL_FLAVOUR", "fallback")
+#: the boxed fallback runs host kernels over the device's own memory (host views, no copies), as a
+#: backend whose device memory is host memory can: the fallback is seen by what ran, not by copies
+ALIASING_FALLBACK = os.environ.get("TOYACCEL_FALLBACK") == "alias"
 _aten = torch.ops.aten
 _CPU = torch.device("cpu")
 _CPU_KEY = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
@@ -291,6 +301,14 @@ def index_select(self: torch.Tensor, dim: int, index: torch.Tensor) -> torch.Ten
     return out
 
 
+def relu(self: torch.Tensor) -> torch.Tensor:
+    """Native; its backward (``threshold_backward``) has no kernel: the boxed fallback serves it."""
+    res = torch.relu(_view(self))
+    out = _out_like(res, res.dtype)
+    _view(out).copy_(res)
+    return out
+
+
 def fill_(self: torch.Tensor, value: Any) -> torch.Tensor:
     _view(self).fill_(value)
     return self
@@ -307,7 +325,7 @@ def boxed_fallback(op: Any, *args: Any, **kwargs: Any) -> Any:
 
     def host(v: Any) -> Any:
         if isinstance(v, torch.Tensor) and v.device.type == NAME:
-            h = v.cpu()
+            h = _view(v) if ALIASING_FALLBACK else v.cpu()
             pairs.append((v, h))
             return h
         if isinstance(v, (tuple, list)):
@@ -315,6 +333,8 @@ def boxed_fallback(op: Any, *args: Any, **kwargs: Any) -> Any:
         return v
 
     res = op(*host(list(args)), **{k: host(v) for k, v in kwargs.items()})
+    if os.environ.get("TOYACCEL_FAULT") == f"wrong:{op._schema.name.split('::')[-1]}":
+        res = _reversed_indices(res)
     written = {id(h) for h in _written(op, res)}
     for orig, h in pairs:  # in-place and out= arguments get the host's result back
         if id(h) in written:
@@ -330,6 +350,16 @@ def boxed_fallback(op: Any, *args: Any, **kwargs: Any) -> Any:
         return v
 
     return back(res)
+
+
+def _reversed_indices(res: Any) -> Any:
+    """A silently wrong fallback op (``wrong:sort``): every integer output reversed along its last
+    dim (a sort's indices then select the values in the wrong order)."""
+    if isinstance(res, torch.Tensor) and not (res.is_floating_point() or res.is_complex()) and res.dim():
+        return res.flip(-1)
+    if isinstance(res, (tuple, list)):
+        return type(res)(_reversed_indices(r) for r in res)
+    return res
 
 
 def _written(op: Any, res: Any) -> list[torch.Tensor]:
@@ -400,7 +430,7 @@ def install() -> None:
     if FLAVOUR == "minimal":
         return
     for name, fn in {"add.Tensor": _binary("add", torch.add), "mul.Tensor": _binary("mul", torch.mul), "mm": mm,
-                     "index_select": index_select}.items():
+                     "index_select": index_select, "relu": relu}.items():
         lib.impl(name, fn, "PrivateUse1")
     fallback = torch.library.Library("_", "IMPL")
     fallback.fallback(boxed_fallback, "PrivateUse1")

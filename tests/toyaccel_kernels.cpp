@@ -58,9 +58,19 @@ at::Tensor copysign_kernel(const at::Tensor& self, const at::Tensor& other) {
   return out;
 }
 
+// aten::leaky_relu on toyaccel: native for every floating dtype; its backward (leaky_relu_backward,
+// a structured op) has no toyaccel kernel, so the boxed fallback serves it
+at::Tensor leaky_relu_kernel(const at::Tensor& self, const at::Scalar& negative_slope) {
+  at::Tensor result = at::leaky_relu(host_view(self), negative_slope);
+  at::Tensor out = at::empty(result.sizes(), self.options().dtype(result.scalar_type()));
+  host_view(out).copy_(result);
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("leaky_relu", &leaky_relu_kernel);
   m.impl("atan2", &atan2_kernel);
   m.impl("hypot", &hypot_kernel);
   m.impl("copysign.Tensor", &copysign_kernel);

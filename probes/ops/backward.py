@@ -20,6 +20,7 @@ from opmatrix.backend.base import FallbackSeen
 from opmatrix.schema import Autograd, ExecPath, FallbackState, Outcome
 
 from . import observe
+from .defined import canonical_gradients
 from .faults import fault_from_exception
 from .layouts import Values
 from .numerics import compare, tolerance_for
@@ -129,6 +130,16 @@ def backward(fn: Callable[..., object], values: Values, dtype: torch.dtype, reco
     return [to_cpu(r) for r in res]
 
 
+def _served_on_device(reg: observe.Registration) -> bool:
+    """Whether the kernel the dispatcher picks for the backend runs there: its own, or a composite
+    of other ops. A structured op's generic wrapper (``threshold_backward`` around its ``out=``
+    overload) is no kernel of the backend's: without a backend kernel for that ``out=`` overload
+    the boxed fallback serves it (counting the wrapper as a composite read relu's backward native)."""
+    if reg.shim is not None:
+        return reg.out_backend
+    return reg.backend or reg.composite
+
+
 def backward_path(st: EngineState, observed: Observed, seen: FallbackSeen) -> ExecPath:
     """Path of a backward pass from what the profiler saw it run (observed, not inferred).
 
@@ -144,7 +155,7 @@ def backward_path(st: EngineState, observed: Observed, seen: FallbackSeen) -> Ex
         if not name.startswith("aten::") or name in trivial:
             continue
         regs = [observe.registration(q, key) for q in observe.overloads_of(name)]
-        if not regs or any(r.backend or r.composite for r in regs):
+        if not regs or any(_served_on_device(r) for r in regs):
             continue
         if st.backend_fallback:
             return ExecPath.fallback
@@ -213,8 +224,9 @@ def probe_backward(st: EngineState, fn: Callable[..., object], unit: Unit, dtype
     if st.adapter.device_type == "meta":
         return Autograd(path=path, outcome=Outcome.ok)
     rtol, atol = tolerance_for(str(unit.overload), dtype)
-    cmp = compare(got, expected, rtol * 10, atol * 10)
+    op, x = str(unit.overload), unit.cpu_values
+    cmp = compare(*canonical_gradients(op, x, unit.grad_mask, got, expected), rtol * 10, atol * 10)
     if not cmp.ok and shared and (mine := own()) is not None:
-        cmp = compare(got, mine, rtol * 10, atol * 10)
+        cmp = compare(*canonical_gradients(op, x, unit.grad_mask, got, mine), rtol * 10, atol * 10)
     return Autograd(path=path, outcome=Outcome.ok if cmp.ok else Outcome.wrong,
                     max_abs_err=float(f"{cmp.max_abs:.3g}") if cmp.max_abs is not None else None)

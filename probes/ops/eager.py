@@ -22,7 +22,7 @@ from . import observe
 from .cells import SampleResult
 from .classify import DeviceCall, apply_evidence, classify, run_device
 from .faults import failed_call, fault_from_exception, scoped
-from .judging import Reference, check_values, judge, post
+from .judging import Reference, check_values, defined_only, judge, post
 from .layouts import Values
 from .numerics import compare, tolerance_for, values_comparable
 from .source import OpEntry
@@ -140,8 +140,10 @@ def _judged(st: EngineState, fn: Callable[..., object], unit: Unit, dtype: torch
             check = check_values(st, unit, ref, out, dtype, result)
     if not check.ok and opts.retry_wrong and check.broken is None:
         again = run_device(st, fn, device_values(unit, st.adapter.device()), False, profile=False)
-        if again.error is None and judge(ref, post(unit, again.out)[0], str(unit.overload), dtype, check.compared).ok:
-            result.flaky = True
+        if again.error is None:
+            ref2, out2, problem = defined_only(unit, ref, post(unit, again.out)[0])
+            if problem is None and judge(ref2, out2, str(unit.overload), dtype, check.compared).ok:
+                result.flaky = True
     result.outcome = Outcome.ok if check.ok else Outcome.wrong
     if not check.ok:
         result.note = "; ".join(filter(None, [result.note, check.comparison.detail]))

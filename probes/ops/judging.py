@@ -15,6 +15,7 @@ import torch
 from opmatrix.schema import ReferenceKind
 
 from .cells import SampleResult
+from .defined import canonical
 from .layouts import Values
 from .numerics import (
     Comparison,
@@ -31,7 +32,7 @@ from .state import EngineState
 from .units import Unit
 from .values import call, identity, map_tensors, to_cpu, upcast
 
-__all__ = ["Reference", "check_values", "judge", "post", "reference"]
+__all__ = ["Reference", "check_values", "defined_only", "judge", "post", "reference"]
 
 
 @dataclass
@@ -117,7 +118,20 @@ def post(unit: Unit, out: object) -> tuple[object, str | None]:
                      f"{type(exc).__name__}: {str(exc)[:160]}")
 
 
+def defined_only(unit: Unit, ref: Reference, out: object) -> tuple[Reference, object, str | None]:
+    """The reference and the device's outputs reduced to what the op defines (:mod:`.defined`:
+    the values tied indices select, not the CPU's tie order), and what the device broke that the
+    comparison cannot see (indices that repeat an element), or None."""
+    same = canonical(str(unit.overload), unit.cpu_values, out, ref.same)
+    if not same.rewritten:
+        return ref, out, same.problem
+    higher = canonical(str(unit.overload), unit.cpu_values, out, ref.upcast).ref if ref.upcast is not None else None
+    return Reference(same.ref, higher, ref.widened), same.out, same.problem
+
+
 def judge(ref: Reference, out: object, op: str, dtype: torch.dtype, comparable: bool) -> Judgement:
+    """The device's outputs against the reference at the dtype's (or the op's) tolerance: the
+    same-dtype reference, and for low-precision dtypes the upcast one, whichever passes."""
     rtol, atol = tolerance_for(op, dtype)
     kind = ReferenceKind.cpu_upcast if ref.widened else ReferenceKind.cpu_same_dtype
     wrong_dtype = dtype_mismatch(out, ref.same)
@@ -140,6 +154,9 @@ def check_values(st: EngineState, unit: Unit, ref: Reference, out: object, dtype
     if unit.undefined is not None:
         result.note = "; ".join(filter(None, [result.note, unit.undefined]))
     out, broken = post(unit, out)
+    undefined_order = None
+    if comparable and broken is None:
+        ref, out, undefined_order = defined_only(unit, ref, out)
     try:
         judged = judge(ref, out, str(unit.overload), dtype, comparable)
     except Exception as exc:  # noqa: BLE001 - opmatrix's comparison failed: never the backend's error
@@ -149,6 +166,8 @@ def check_values(st: EngineState, unit: Unit, ref: Reference, out: object, dtype
     ok, res = judged.ok, judged.comparison
     if broken is not None:
         ok, res.detail = False, broken
+    elif undefined_order is not None:
+        ok, res = False, Comparison(False, res.max_abs, res.max_rel, undefined_order)
     elif ok and st.adapter.device_type != "meta" and values_random(str(unit.overload)):
         # a random draw: its distribution, not its values (``moments_differ`` says why not)
         differ = moments_differ(out, ref.same)

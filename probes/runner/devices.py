@@ -44,6 +44,7 @@ class RunDevices:
     def ready(self, handle: Worker, identity: dict[str, Any]) -> int | None:
         """A worker is ready: note its device; the number of workers the run wants, when it now knows."""
         handle.device, handle.device_uuid = identity.get("device"), identity.get("device_uuid")
+        handle.host = str(identity.get("host") or "")
         count = identity.get("device_count")
         if self.plan is None or not isinstance(count, int) or self.count is not None:
             return None

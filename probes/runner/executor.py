@@ -44,6 +44,7 @@ class Worker(Protocol):
     device: str | None
     device_uuid: str | None
     node: str  # where the worker runs ("" on this host; a Ray node id)
+    host: str  # the host name its Ready reported ("" until then)
 
     @property
     def sentinel(self) -> Any:

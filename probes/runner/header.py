@@ -7,7 +7,33 @@ import platform
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["header_line"]
+__all__ = ["header_line", "other_subject"]
+
+
+def _subject(identity: Mapping[str, Any]) -> tuple[str, str]:
+    """(device type, generation) a worker's identity says it probes (the generation from the
+    adapter's evidence key: ``...|gen=g2``)."""
+    from .evidence import EvidenceKey
+
+    return str(identity.get("device_type") or ""), EvidenceKey.fields(str(identity.get("adapter") or "")).get("gen", "None")
+
+
+def other_subject(identity: Mapping[str, Any], *, backend: str, generation: str | None,
+                  first: Mapping[str, Any] | None) -> str | None:
+    """Why a worker's records would describe another backend than the run's header, or None.
+
+    The header names the backend and generation the run was asked for and the device type of its
+    first worker; a worker of another generation or device type (a pool that started g1 workers
+    for a g2 run) must not add records to that matrix: the run stops and says which worker."""
+    kind, gen = _subject(identity)
+    if generation is not None and gen != generation:
+        return (f"a worker probes {backend} generation {gen} ({kind}); the run is for generation {generation}: "
+                "its records would describe another backend (check the pool's environment)")
+    if first is not None and (kind, gen) != _subject(first):
+        want_kind, want_gen = _subject(first)
+        return (f"a worker probes {kind} generation {gen}; the run's first worker probes {want_kind} generation "
+                f"{want_gen}: one matrix holds one backend's records")
+    return None
 
 
 def header_line(key: str, identity: Mapping[str, Any], *, backend: str, generation: str | None, planned: int,

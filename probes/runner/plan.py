@@ -95,6 +95,8 @@ class RunSummary:
     retried: int = 0  # units retried in a fresh worker after a crash (each one a restart)
     faults: dict[str, int] = field(default_factory=dict)
     paths: dict[str, int] = field(default_factory=dict)
+    #: one command per faulted task that probes it again (set with the matrix's fault count)
+    reproduce: list[str] = field(default_factory=list)
     aborted: bool = False
     interrupted: bool = False
     message: str = ""
@@ -133,14 +135,17 @@ class Job:
     device: str | None = None  # the device of the worker that ran (or runs) its current attempt
     device_uuid: str | None = None
     node: str = ""  # where that device is (a Ray node id; "" on this host)
+    host: str = ""  # the host name of that worker's machine
     first: TaskRecord | None = None  # --devices: the first device's record, while another device cross-checks
     avoid: str | None = None  # the device a cross-check must not run on
 
     def stamp(self, record: BaseModel, worker: int | None) -> BaseModel:
-        """A task record with what the runner knows of its attempts: how many, the last worker."""
+        """A task record with what the runner knows of its attempts: how many, the last worker and
+        the machine it ran on (host name; Ray node id), beside the device."""
         if not isinstance(record, TaskRecord):
             return record
-        stamp: dict[str, Any] = {"attempts": max(self.attempts, 1), "worker": worker}
+        stamp: dict[str, Any] = {"attempts": max(self.attempts, 1), "worker": worker, "host": self.host or None,
+                                 "node": self.node or None}
         if not record.seconds or self.attempts > 1:
             # a task that faulted ran over several workers: its time is all of them (the
             # handler knows only its last attempt), which is what scheduling needs next time

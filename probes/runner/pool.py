@@ -56,6 +56,7 @@ class WorkerHandle:
     device: str | None = None  # the device it probes, as torch names it (``--devices``; from its Ready)
     device_uuid: str | None = None
     node: str = ""  # the machine: always this host
+    host: str = ""  # its host name, as its Ready reported it
 
     def look(self) -> bool:
         """Read the board: True when the worker started a new unit of its current task (``unit``)."""

@@ -15,15 +15,18 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import IO, Any
 
+from opmatrix.schema import BACKWARD_FAULTS, FaultOutcome
 from opmatrix.schema.text import terminal_text
 
 __all__ = ["Progress", "count_record"]
 
 #: outcomes shown after the paths (``ok`` is implied by the paths)
 _SHOWN_OUTCOMES = ("wrong", "error", "oom", "hung", "crashed", "poisoned")
-#: faults of a cell's backward that are faults of the process: counted with the cells' own (a
-#: worker that died in a backward is a crash of the run, whatever the forward gave)
-_BACKWARD_FAULTS = ("oom", "hung", "crashed", "poisoned")
+#: faults of a cell's backward that are faults of the process: counted as the cell's fault (a
+#: worker that died in a backward is a crash of the run, whatever the forward gave), as
+#: :func:`opmatrix.schema.cell_fault` counts them in a matrix
+_BACKWARD_FAULTS = frozenset(f.value for f in BACKWARD_FAULTS)
+_FAULTS = frozenset(f.value for f in FaultOutcome)
 
 
 def count_record(record: dict[str, Any]) -> tuple[Counter[str], Counter[str]]:
@@ -40,7 +43,7 @@ def count_record(record: dict[str, Any]) -> tuple[Counter[str], Counter[str]]:
         if "outcome" in result:
             outcomes[str(result["outcome"])] += 1
         backward = (result.get("autograd") or {}).get("outcome")
-        if backward in _BACKWARD_FAULTS:
+        if backward in _BACKWARD_FAULTS and result.get("outcome") not in _FAULTS:
             outcomes[str(backward)] += 1
     if not cells:
         if record.get("kind") == "runtime":

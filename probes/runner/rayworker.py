@@ -47,6 +47,7 @@ class RayWorker:
         self.reader = reader  # remains() as a Ray task pinned to the actor's node
         self.place: Place | None = None
         self.node = node
+        self.host = ""  # the host name its Ready reports
         ctx = get_context("spawn")
         self.conn, self._out = ctx.Pipe(duplex=False)
         self.seen = 0

@@ -36,7 +36,7 @@ from . import zygote
 from .devices import RunDevices
 from .evidence import EvidenceKey
 from .executor import Executor, LocalExecutor, Worker
-from .header import header_line
+from .header import header_line, other_subject
 from .identity import IDENTITY_FILE, cached_identity, fingerprint, store_identity
 from .journal import open_run_journal, task_key
 from .messages import Done, FromWorker, Poisoned, Ready, RunTask, SetupFailed
@@ -86,13 +86,13 @@ class Run:
         self.summary = RunSummary(planned=len(tasks), journal=self.path, restarts=0)
         self.max_restarts = max_restarts
         self.startup_failures = 0
-        self.run_key: str | None = None
+        self.run_key: str | None = None  # with the first worker's identity below: what the header says
+        self.run_identity: Mapping[str, Any] | None = None
         self.workers: dict[int, Worker] = {}
         #: where workers run (:mod:`.executor`): processes on this host, or Ray actors
         self.executor: Executor = executor or LocalExecutor()  # started by the caller
         self.devices = RunDevices(devices, capacity=self.executor.capacity(), grow=grow_to_devices)
         self.node_losses = 0
-
         self.pending: deque[Job] = self._open_journal(tasks, resume, workers, progress)
         self.n_workers = max(1, min(workers, len(self.pending)))
         self.threads = threads or max(1, (os.cpu_count() or 1) // self.n_workers)
@@ -163,7 +163,6 @@ class Run:
             self.summary.restarts += 1
 
     # -- messages ----------------------------------------------------------------------------
-
     def _key(self, identity: Mapping[str, Any]) -> str:
         return str(EvidenceKey.from_identity(identity, str(self.options.get("op_source_hash", ""))))
 
@@ -171,6 +170,8 @@ class Run:
         handle.ready = True
         handle.deadline = float("inf")
         self.startup_failures = 0
+        if (why := other_subject(identity, backend=self.backend, generation=self.generation, first=self.run_identity)):
+            raise Aborted(f"worker {handle.slot}: {why}")
         wanted = self.devices.ready(handle, identity)
         if wanted is not None:  # one worker per device (the parent could not know how many)
             self.n_workers = max(1, min(wanted, len(self.pending) + 1))
@@ -178,8 +179,7 @@ class Run:
         if self.run_key is not None:
             if key != self.run_key:
                 self.progress.note(f"warning: worker {handle.slot} reports a different build: {key}")
-                if self.summary.startup_seconds is None:  # the identity came from the cache: the fingerprint
-                    # missed a change, so never trust it again here
+                if self.summary.startup_seconds is None:  # a cached identity the fingerprint kept wrongly: drop it
                     (self.out_dir / IDENTITY_FILE).unlink(missing_ok=True)
             return
         self.summary.startup_seconds = round(time.monotonic() - self.started, 3)
@@ -188,7 +188,7 @@ class Run:
 
     def _adopt(self, key: str, identity: Mapping[str, Any]) -> None:
         """Take the run's evidence key: write the header, reuse every task whose key is unchanged."""
-        self.run_key = key
+        self.run_key, self.run_identity = key, identity
         if self.resumed_header and self.resumed_header.get("evidence_key") != key:
             self.progress.note(
                 "warning: resuming a journal started with a different build; each record keeps its own evidence key"
@@ -359,7 +359,7 @@ class Run:
                 handle.gone = True
                 continue
             handle.tasks += 1
-            job.device, job.device_uuid, job.node = handle.device, handle.device_uuid, handle.node
+            job.device, job.device_uuid, job.node, job.host = handle.device, handle.device_uuid, handle.node, handle.host
             job.fresh = False
             job.attempts += 1
             job.started = job.started or time.monotonic()

@@ -23,6 +23,7 @@ import hashlib
 import importlib.util
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -177,6 +178,7 @@ def _setup(slot: int, spec: WorkerSpec) -> tuple[WorkerContext, dict[str, Any]]:
             [type(adapter).__module__, *(spec.handlers[k].partition(":")[0] for k in spec.kinds if k in spec.handlers)]
         ),
         "torch_version": str(torch.__version__),
+        "host": socket.gethostname(),  # beside the device in every record: which machine ran it
         "torch_git": getattr(torch.version, "git_version", None),
         "device_type": adapter.device_type,
         "dispatch_key": adapter.dispatch_key,
