@@ -59,7 +59,14 @@ def skip_reason(task: TaskRecord) -> str | None:
 
 
 def _key(cell: CellRecord) -> FullKey:
-    return cell.op, cell.mode, (cell.dtype, cell.rank, cell.layout), tuple(sorted(cell.result.conditions.items()))
+    conditions = tuple(sorted(cell.result.conditions.items()))
+    if cell.result.shapes is not None:  # static and dynamic compiled cells are two results, never rolled up
+        conditions += ((SHAPES_KEY, cell.result.shapes.value),)
+    return cell.op, cell.mode, (cell.dtype, cell.rank, cell.layout), conditions
+
+
+#: where a compiled cell's shapes sit in its full key (not an argument name: none starts with a space)
+SHAPES_KEY = " shapes"
 
 
 def _device_results(task: TaskRecord) -> list[tuple[FullKey, CellResult]]:

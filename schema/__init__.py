@@ -16,7 +16,9 @@ from .devices import DeviceCheck, DeviceOutcome
 from .enums import (
     DEFAULT_DTYPES,
     PROCESS_FAULTS,
+    Accumulation,
     ApiService,
+    CellSource,
     CheckResult,
     DType,
     ExecPath,
@@ -28,6 +30,7 @@ from .enums import (
     Mode,
     Outcome,
     ReferenceKind,
+    Shapes,
 )
 from .gate import GateResult
 from .gcpause import gc_paused
@@ -88,4 +91,7 @@ __all__ = [
     "DeviceCells",
     "DeviceCheck",
     "DeviceOutcome",
+    "Accumulation",
+    "CellSource",
+    "Shapes",
 ]
