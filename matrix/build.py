@@ -167,6 +167,7 @@ def build_matrix(
         elif not isinstance(record, JournalHeader):
             raise TypeError(f"not a journal record: {type(record).__name__}")
     skipped = {task_id: reason for task_id, task in tasks.items() if (reason := skip_reason(task)) is not None}
+    skipped.update({f"{task_id} ranks": task.ranks_skipped for task_id, task in tasks.items() if task.ranks_skipped})
     cells = collect_cells(tasks.values())
     not_run = {f"{task_id} {unit}": why for task_id, task in tasks.items() for unit, why in task.not_run.items()}
     operators = compress_cells(cells)
