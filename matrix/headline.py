@@ -116,5 +116,7 @@ def headline(entries: Sequence[Entry]) -> str:
     fails += compiled_bad
     text = ("Works: " + "; ".join(works) + "." if works else "Works: no eager call passed.")
     text += (" Does not work: " + "; ".join(fails) + "." if fails else " Nothing probed failed.")
+    if not any(b.mode is Mode.compile for b in boxes):
+        text += " Compile: not probed."
     acc = _accumulation(boxes)
     return f"{text} {acc}" if acc else text
