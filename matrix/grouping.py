@@ -80,7 +80,8 @@ def _numerics_by_dtype(parts: Sequence[EntryPart]) -> dict[DType, Numerics]:
             max_rel_err=_max_opt(n.max_rel_err for n in items),
             mismatched=_max_opt(n.mismatched for n in items),
             reference=items[0].reference,
-            **accumulation_of(items),
+            accumulation=accumulation_of(items)[0],
+            accumulation_evidence=accumulation_of(items)[1],
         )
     return out
 

@@ -139,19 +139,21 @@ def _numerics(items: Sequence[Numerics]) -> Numerics | None:
         max_rel_err=_max_opt(n.max_rel_err for n in items),
         mismatched=_max_opt(n.mismatched for n in items),
         reference=next(r for r in _REFERENCE_PREFERENCE if r in refs),
-        **accumulation_of(items),
+        accumulation=accumulation_of(items)[0],
+        accumulation_evidence=accumulation_of(items)[1],
     )
 
 
-def accumulation_of(items: Sequence[Numerics]) -> dict[str, object]:
-    """The accumulation mode several numerics agree on; ``unknown`` (saying so) when they differ."""
+def accumulation_of(items: Sequence[Numerics]) -> tuple[Accumulation | None, str | None]:
+    """The accumulation mode several numerics agree on, with its evidence; ``unknown`` (saying
+    so) when they differ."""
     found = {(n.accumulation, n.accumulation_evidence) for n in items if n.accumulation is not None}
     if not found:
-        return {}
-    if len({mode for mode, _ in found}) == 1:
-        return {"accumulation": next(iter(found))[0], "accumulation_evidence": _join_notes(e for _, e in found)}
-    said = ", ".join(sorted(mode.value for mode, _ in found))
-    return {"accumulation": Accumulation.unknown, "accumulation_evidence": f"measurements disagree: {said}"}
+        return None, None
+    modes = {mode for mode, _ in found if mode is not None}
+    if len(modes) == 1:
+        return modes.pop(), _join_notes(e for _, e in found)
+    return Accumulation.unknown, f"measurements disagree: {', '.join(sorted(m.value for m in modes))}"
 
 
 def _autograd(items: Sequence[Autograd]) -> Autograd | None:

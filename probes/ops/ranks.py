@@ -25,6 +25,7 @@ import yaml
 from opmatrix.probes.options import parse_ranks
 
 from .layouts import map_values, primary_tensor
+from .values import tensors_in
 
 if TYPE_CHECKING:
     from torch.testing._internal.opinfo.core import SampleInput
@@ -124,8 +125,7 @@ def extend_values(rule: RankRule, values: Values, target: int, op: Any = None) -
     if primary is None or primary.dim() >= target:
         return None
     ndim, extra = primary.dim(), target - primary.dim()
-    tensors: list[torch.Tensor] = []
-    map_values(values, lambda t: tensors.append(t) or t)
+    tensors = tensors_in(values)
     if any(t.dim() > ndim for t in tensors) or any(not t.layout == torch.strided for t in tensors):
         return None  # an operand of higher rank than the input (it broadcasts the input): not this rule's
     if rule.rule == "kept_axis":
