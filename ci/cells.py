@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
 
-from opmatrix.schema import CellKey, CellResult, DType, Entry, ExecPath, FallbackState, Layout, Matrix, Mode
+from opmatrix.schema import CellKey, CellResult, DType, Entry, ExecPath, FallbackState, Layout, Matrix, Mode, Shapes
 
 __all__ = ["CellKey", "CellIndex", "conditions_compatible", "severity", "uses_fallback"]
 
@@ -42,12 +42,17 @@ class CellIndex:
     def __init__(self, matrix: Matrix) -> None:
         cells: dict[CellKey, list[Entry]] = defaultdict(list)
         ranks: dict[tuple[str, DType, Layout, Mode], set[int]] = defaultdict(set)
+        dynamic: dict[CellKey, list[Entry]] = defaultdict(list)  # compiled with dynamic shapes: their own cells
         for op, entries in matrix.boxes().items():
             for entry in entries:
                 for dtype, rank, layout, mode in entry.cells():
+                    if entry.shapes is Shapes.dynamic:
+                        dynamic[CellKey(op, dtype, rank, layout, mode)].append(entry)
+                        continue
                     cells[CellKey(op, dtype, rank, layout, mode)].append(entry)
                     ranks[(op, dtype, layout, mode)].add(rank)
         self._cells = {key: sorted(groups, key=severity) for key, groups in cells.items()}
+        self._dynamic = {key: sorted(groups, key=severity) for key, groups in dynamic.items()}
         self._ranks = dict(ranks)
         self.ops: frozenset[str] = frozenset(matrix.operators)
 
@@ -66,12 +71,17 @@ class CellIndex:
         for key in self.keys():
             yield key, self._cells[key]
 
-    def groups(self, key: CellKey, conditions: Mapping[str, str] | None = None) -> list[Entry]:
-        """The conditional groups of a cell (best first), optionally only those compatible with ``conditions``."""
-        groups = self._cells.get(key, [])
+    def groups(self, key: CellKey, conditions: Mapping[str, str] | None = None, dynamic: bool = False) -> list[Entry]:
+        """The conditional groups of a cell (best first), optionally only those compatible with ``conditions``;
+        ``dynamic``: the compiled cell probed with dynamic shapes."""
+        groups = (self._dynamic if dynamic else self._cells).get(key, [])
         if conditions:
             groups = [g for g in groups if conditions_compatible(g.conditions, conditions)]
         return groups
+
+    def dynamic_keys(self, op: str, dtype: DType, layout: Layout) -> list[CellKey]:
+        """The dynamic-shape compiled cells of (op, dtype, layout), any rank."""
+        return sorted(k for k in self._dynamic if (k.op, k.dtype, k.layout) == (op, dtype, layout))
 
     def ranks(self, op: str, dtype: DType, layout: Layout, mode: Mode) -> list[int]:
         """Ranks probed for (op, dtype, layout, mode), ascending."""

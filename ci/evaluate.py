@@ -58,7 +58,7 @@ from .distributed import distributed_baseline_check, distributed_count_check, ev
 from .evidence import identity_mismatch, identity_problems, named
 from .faultscope import evaluate_fault_scope
 from .improvements import find_improvements, improvement_yaml
-from .perf import evaluate_perf
+from .perf import evaluate_perf, evaluate_perf_fallback, forbidden_in_perf
 from .requirements import claimed_keys, evaluate_check, evaluate_operators
 from .summary import blocking_lines
 from .waivers import WaiverBook
@@ -147,6 +147,10 @@ def _level_results(req: LevelRequirement, ev: _Evidence) -> list[RequirementResu
     if req.perf is not None:
         out.append(evaluate_perf(req.perf, rid=f"L{level}.perf", level=level, blocking=blocking, records=ev.records,
                                  baseline=ev.baseline_records, backend=ev.contract.backend))
+        required = forbidden_in_perf(ev.contract, ev.index.ops if ev.index is not None else ())
+        if required:
+            out.append(evaluate_perf_fallback(required, rid=f"L{level}.perf.fallback", level=level, blocking=blocking,
+                                              records=ev.records))
     if req.compat is not None:
         out.append(evaluate_compat(req.compat, rid=f"L{level}.compat", level=level, blocking=blocking, report=ev.compat))
     evidence_kinds = (req.workloads, req.distributed, req.perf, req.compat)

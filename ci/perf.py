@@ -19,13 +19,16 @@ hardware) are not compared: that is a failure that names the difference.
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Iterable
 
 from opmatrix.matrix.perfstats import comparison_groups, incomparable, load_records, ratio_ci
-from opmatrix.schema import FallbackPolicy, FallbackState, Mode
+from opmatrix.schema import Contract, FallbackPolicy, FallbackState, Mode
 from opmatrix.schema.gate import CellRef, CellStatus, RequirementResult, Status
 from opmatrix.schema.perf import PerfRecord, PerfRequirement
 
-__all__ = ["compare_records", "evaluate_perf", "load_records", "ratio_ci"]
+from .opsets import resolve_ops
+
+__all__ = ["compare_records", "evaluate_perf", "evaluate_perf_fallback", "forbidden_in_perf", "load_records", "ratio_ci"]
 
 
 
@@ -48,7 +51,7 @@ def compare_records(now: PerfRecord, before: PerfRecord, req: PerfRequirement) -
 
 
 def _fallback_reason(rec: PerfRecord, policy: FallbackPolicy) -> str | None:
-    if policy is not FallbackPolicy.forbidden:
+    if policy not in (FallbackPolicy.forbidden, FallbackPolicy.forbidden_in_perf):
         return None
     if rec.fallback.state is FallbackState.observed:
         ops = ", ".join(rec.fallback.ops) or "unnamed ops"
@@ -113,3 +116,54 @@ def evaluate_perf(
     bad = sum(c.status is CellStatus.failed for c in cells)
     summary = f"{len(cells) - bad}/{len(cells)} records pass"
     return result(Status.failed if bad else Status.passed, summary + (f", {bad} fail" if bad else ""), cells)
+
+
+def _base(name: str) -> str:
+    """``aten::_softmax`` / ``aten._softmax.default`` -> ``aten._softmax`` (an op, any overload)."""
+    parts = name.replace("::", ".").split(".")
+    return ".".join(parts[:2]) if parts[0] == "aten" and len(parts) > 1 else ".".join(parts)
+
+
+def forbidden_in_perf(contract: Contract, probed: Iterable[str]) -> list[str]:
+    """The overloads (or patterns, without a matrix to resolve them) whose requirement's fallback
+    policy, or the contract's, is ``forbidden_in_perf``."""
+    out: set[str] = set()
+    for level in contract.requirements:
+        for req in level.operators:
+            if (req.fallback or contract.fallback) is FallbackPolicy.forbidden_in_perf:
+                selection = resolve_ops(req.ops, probed)
+                out.update(selection.ops, selection.unmatched)
+    return sorted(out)
+
+
+def evaluate_perf_fallback(required: list[str], *, rid: str, level: int, blocking: bool,
+                           records: dict[str, PerfRecord] | None) -> RequirementResult:
+    """``fallback: forbidden_in_perf``: a performance record whose measured window saw a required
+    op run on the host fails, naming the op and the record (its latency is not the device's)."""
+    title = f"no host fallback of a required op in performance runs ({len(required)} ops)"
+
+    def result(status: Status, message: str, cells: list[CellRef]) -> RequirementResult:
+        return RequirementResult(id=rid, level=level, kind="perf", title=title, status=status, blocking=blocking,
+                                 message=message, cells=cells, checked=len(cells),
+                                 failed=sum(c.status is CellStatus.failed for c in cells))
+
+    if records is None:
+        return result(Status.unknown, "no performance records given (opmatrix gate --records DIR): unproven", [])
+    bases = {_base(op): op for op in required}
+    cells = []
+    for rid_, rec in sorted(records.items()):
+        hit = [] if rec.fallback.state is not FallbackState.observed else sorted(
+            {bases[b] for op in rec.fallback.ops for b in bases
+             if _base(op) == b or fnmatch.fnmatchcase(op.replace("::", "."), bases[b])})
+        if hit:
+            cells.append(CellRef(op=f"perf:{rid_}", mode=Mode(rec.subject.mode), status=CellStatus.failed, reason=(
+                f"record {rid_} observed host fallback of required {', '.join(hit)} (ran on the host: "
+                f"{', '.join(rec.fallback.ops)}); the contract forbids fallback in performance runs")))
+        elif rec.fallback.state is FallbackState.unknown:
+            cells.append(CellRef(op=f"perf:{rid_}", mode=Mode(rec.subject.mode), status=CellStatus.failed,
+                                 reason=f"record {rid_}: the adapter cannot tell whether fallback happened (state unknown)"))
+        else:
+            cells.append(CellRef(op=f"perf:{rid_}", mode=Mode(rec.subject.mode), status=CellStatus.passed,
+                                 reason=f"record {rid_}: no required op ran on the host"))
+    bad = sum(c.status is CellStatus.failed for c in cells)
+    return result(Status.failed if bad else Status.passed, f"{len(cells) - bad}/{len(cells)} records pass", cells)

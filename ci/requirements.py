@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from opmatrix.schema import (
+    Accumulation,
     CellResult,
     CheckResult,
     Contract,
@@ -42,6 +43,9 @@ from opmatrix.schema.gate import CellRef, CellStatus, RequirementResult, Status
 from .cells import CellIndex, CellKey, uses_fallback
 from .opsets import resolve_ops
 from .waivers import WaiverBook
+
+#: the dtypes whose accumulation mode a contract may require
+LOW_PRECISION = frozenset({"bfloat16", "float16"})
 
 __all__ = ["Judge", "claimed_keys", "evaluate_check", "evaluate_operators", "tolerance_for"]
 
@@ -76,6 +80,7 @@ class Judge:
     min_pass_ratio: float
     autograd: bool
     tolerances: tuple[ToleranceOverride, ...] = ()
+    accumulation: Accumulation | None = None
 
     @classmethod
     def of(cls, req: OperatorRequirement, contract: Contract) -> Judge:
@@ -87,6 +92,7 @@ class Judge:
             min_pass_ratio=req.min_pass_ratio,
             autograd=req.autograd,
             tolerances=tuple(contract.tolerances),
+            accumulation=req.accumulation,
         )
 
     def _outcome_accepted(self, key: CellKey, result: CellResult) -> bool:
@@ -127,6 +133,19 @@ class Judge:
                 return f"backward outcome {grad.outcome}"
             if grad.path > self.worst_path:
                 return f"backward path {grad.path} is worse than {self.worst_path}"
+        return self._accumulation(key, result)
+
+    def _accumulation(self, key: CellKey, result: CellResult) -> str | None:
+        """A required accumulation mode, on the low-precision cells that ran (a refusal computes nothing)."""
+        want = self.accumulation
+        if want is None or key.mode is not Mode.eager or key.dtype.value not in LOW_PRECISION or (
+                result.path is ExecPath.rejected):
+            return None
+        num = result.numerics
+        if num is None or num.accumulation is None:
+            return f"accumulation {want} required but not measured for this cell"
+        if num.accumulation is not want:
+            return f"accumulation {num.accumulation} ({num.accumulation_evidence}); the contract requires {want}"
         return None
 
 
@@ -145,20 +164,22 @@ def _cell_ref(key: CellKey, result: CellResult, reason: str | None) -> CellRef:
     )
 
 
-def judge_cell(index: CellIndex, key: CellKey, judge: Judge, conditions: dict[str, str]) -> CellRef:
+def judge_cell(index: CellIndex, key: CellKey, judge: Judge, conditions: dict[str, str], dynamic: bool = False) -> CellRef:
     """Judge one required cell: its worst (failing) group decides; unprobed cells fail."""
-    groups = index.groups(key, conditions)
+    groups = index.groups(key, conditions, dynamic)
     if not groups:
         what = f" with conditions {conditions}" if conditions and index.groups(key) else ""
         return CellRef(
             op=key.op, dtype=key.dtype, rank=key.rank, layout=key.layout, mode=key.mode,
             status=CellStatus.failed, reason=f"not probed{what}", missing=True,
         )
+    said = "dynamic shapes: " if dynamic else ""
     for group in reversed(groups):  # worst first
         reason = judge.failure(key, group)
         if reason:
-            return _cell_ref(key, group, reason)
-    return _cell_ref(key, groups[-1], None)
+            return _cell_ref(key, group, said + reason)
+    ref = _cell_ref(key, groups[-1], None)
+    return ref.model_copy(update={"reason": said + ref.reason}) if dynamic else ref
 
 
 def _not_probed(op: str, dtype: DType | None, layout: Layout | None, mode: Mode, why: str) -> CellRef:
@@ -202,7 +223,19 @@ def _compile_cells(req: OperatorRequirement, index: CellIndex, judge: Judge) -> 
             if not keys:
                 out.append(_not_probed(op, dtype, None, Mode.compile, "compile required but no compile-mode cell was probed"))
             out.extend(judge_cell(index, key, compile_judge, req.conditions) for key in keys)
+            if req.dynamic_shapes:
+                out += _dynamic_cells(req, index, compile_judge, op, dtype)
     return out
+
+
+def _dynamic_cells(req: OperatorRequirement, index: CellIndex, judge: Judge, op: str, dtype: DType) -> list[CellRef]:
+    """``dynamic_shapes: true``: the (op, dtype)'s dynamic-shape compiled cells (any rank: probed on one
+    sample) must exist in the claimed layouts and pass."""
+    keys = [k for layout in req.layouts for k in index.dynamic_keys(op, dtype, layout)]
+    if not keys:
+        return [_not_probed(op, dtype, None, Mode.compile, "dynamic-shape compile required but no dynamic-shape "
+                            "compiled cell was probed (one per op at float32; --compile all: every dtype)")]
+    return [judge_cell(index, key, judge, req.conditions, dynamic=True) for key in keys]
 
 
 def claimed_keys(req: OperatorRequirement, index: CellIndex) -> set[CellKey]:
@@ -236,7 +269,9 @@ def requirement_title(req: OperatorRequirement) -> str:
     if req.autograd:
         extras.append("autograd")
     if req.compile:
-        extras.append("compile")
+        extras.append("compile, dynamic shapes" if req.dynamic_shapes else "compile")
+    if req.accumulation is not None:
+        extras.append(f"accumulation {req.accumulation}")
     if req.conditions:
         extras.append(", ".join(f"{k}={v}" for k, v in sorted(req.conditions.items())))
     return (

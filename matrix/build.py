@@ -80,7 +80,14 @@ def _reproducible(task: TaskRecord, result: CellResult, backend: tuple[str, str 
 
 
 def _key(cell: CellRecord) -> FullKey:
-    return cell.op, cell.mode, (cell.dtype, cell.rank, cell.layout), tuple(sorted(cell.result.conditions.items()))
+    conditions = tuple(sorted(cell.result.conditions.items()))
+    if cell.result.shapes is not None:  # static and dynamic compiled cells are two results, never rolled up
+        conditions += ((SHAPES_KEY, cell.result.shapes.value),)
+    return cell.op, cell.mode, (cell.dtype, cell.rank, cell.layout), conditions
+
+
+#: where a compiled cell's shapes sit in its full key (not an argument name: none starts with a space)
+SHAPES_KEY = " shapes"
 
 
 def _device_results(task: TaskRecord, backend: tuple[str, str | None] | None = None
@@ -187,6 +194,7 @@ def build_matrix(
         else:
             raise TypeError(f"not a journal record: {type(record).__name__}")
     skipped = {task_id: reason for task_id, task in tasks.items() if (reason := skip_reason(task)) is not None}
+    skipped.update({f"{task_id} ranks": task.ranks_skipped for task_id, task in tasks.items() if task.ranks_skipped})
     # a faulted cell's reproduction names the backend as the run was asked for it (a plugin's
     # ``module:attr``, not the device name)
     cells = collect_cells(tasks.values(), (header.backend, header.generation) if header else (backend.name, backend.generation))

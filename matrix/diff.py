@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from opmatrix.schema import DType, Entry, ExecPath, Layout, Matrix, Outcome, describe
+from opmatrix.schema import DType, Entry, ExecPath, Layout, Matrix, Outcome, Shapes, describe
 from opmatrix.schema.yamlload import dumps_json
 
 from .compress import cover
@@ -216,8 +216,10 @@ def _cells(m: Matrix) -> dict[Cell, dict[Conds, CellState]]:
         for e in entries:
             conds = tuple(sorted(e.conditions.items()))
             state = _state(e)
-            for dtype, rank, layout, mode in e.cells():
-                groups = out[op, dtype, rank, layout, mode.value]
+            # dynamic-shape compiled cells are their own cells ("compile dynamic"), never merged with static ones
+            label = f"{e.mode.value} dynamic" if e.shapes is Shapes.dynamic else e.mode.value
+            for dtype, rank, layout, _mode in e.cells():
+                groups = out[op, dtype, rank, layout, label]
                 held = groups.get(conds)
                 if held is None or state.quality > held.quality:
                     groups[conds] = state

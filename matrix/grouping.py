@@ -24,7 +24,7 @@ from collections.abc import Hashable, Sequence
 from opmatrix.schema import DType, Entry, EntryPart, ExecPath, Numerics, RankRange, Samples
 
 from .rollup import _autograd as worst_autograd
-from .rollup import _join_notes, _max_opt, union_devices
+from .rollup import _join_notes, _max_opt, accumulation_of, union_devices
 
 __all__ = ["group_entries", "group_key"]
 
@@ -34,6 +34,7 @@ def group_key(entry: Entry) -> Hashable:
     fb = entry.fallback
     return (
         entry.mode,
+        entry.shapes,
         entry.path,
         entry.outcome,
         entry.mixed,
@@ -47,6 +48,7 @@ def _part(box: Entry) -> EntryPart:
     return EntryPart(
         dtypes=box.dtypes, ranks=box.ranks, layouts=box.layouts, conditions=box.conditions, flaky=box.flaky,
         autograd=box.autograd, numerics=box.numerics, samples=box.samples, error=box.error, note=box.note,
+        source=box.source,
     )
 
 
@@ -76,8 +78,10 @@ def _numerics_by_dtype(parts: Sequence[EntryPart]) -> dict[DType, Numerics]:
             rtol=max(n.rtol for n in items),
             max_abs_err=_max_opt(n.max_abs_err for n in items),
             max_rel_err=_max_opt(n.max_rel_err for n in items),
-        mismatched=_max_opt(n.mismatched for n in items),
+            mismatched=_max_opt(n.mismatched for n in items),
             reference=items[0].reference,
+            accumulation=accumulation_of(items)[0],
+            accumulation_evidence=accumulation_of(items)[1],
         )
     return out
 
@@ -110,6 +114,7 @@ def _merge(boxes: Sequence[Entry]) -> Entry:
         ranks=RankRange(min=min(p.ranks.min for p in parts), max=max(p.ranks.max for p in parts)),
         layouts=[lay for lay in type(head.layouts[0]) if any(lay in p.layouts for p in parts)],
         mode=head.mode,
+        shapes=head.shapes,
         numerics_by_dtype=by_dtype if len(by_dtype) > 1 else {},
         parts=parts,
         devices=union_devices(boxes),

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from opmatrix.schema import CellKey, DType, Entry, Evidence, Layout, Mode
+from opmatrix.schema import CellKey, DType, Entry, Evidence, Layout, Mode, Shapes
 from opmatrix.schema import Matrix as MatrixModel
 
 from .answer import Answer, cell_answer, decide
@@ -75,10 +75,14 @@ def _grouped(op: str, entries: list[Entry], evidence: Evidence) -> dict[RowKey, 
     return rows
 
 
-def build_rows(model: MatrixModel) -> dict[RowKey, Row]:
-    """The index of a whole matrix."""
+def build_rows(model: MatrixModel, shapes: Shapes = Shapes.static) -> dict[RowKey, Row]:
+    """The index of a whole matrix: eager and static-shape compiled cells, or (``shapes``
+    dynamic) the compiled cells probed with dynamic shapes."""
     rows: dict[RowKey, Row] = {}
-    for op, entries in model.boxes().items():
+    for op, every in model.boxes().items():
+        entries = [e for e in every if (e.shapes or Shapes.static) is shapes]
+        if not entries:
+            continue
         part = None if any(e.conditions for e in entries) else _disjoint(op, entries, model.evidence)
         rows.update(part if part is not None else _grouped(op, entries, model.evidence))
     return rows

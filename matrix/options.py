@@ -28,6 +28,9 @@ class QueryOptions(Options):
     rank: int | None = option(None, min=0, help="the cell's rank (omitted: list the op's entries)")
     layout: str | None = option(None, help="the cell's layout (default contiguous)")
     mode: str = option("eager", choices=("eager", "compile"), help="eager or compile")
+    shapes: str = option("static", choices=("static", "dynamic"),
+                         help="--mode compile: the static-shape (dynamic=False) or dynamic-shape (dynamic=True) cells")
+    all: bool = option(False, help="with no --dtype/--rank: list every entry after the headline")
     arg: tuple[str, ...] = option((), repeat=True, empty_ok=True, metavar="NAME=VALUE",
                                   help="argument value for conditional entries, e.g. dim=-1 (repeatable)")
     json: bool = option(False, help="print one JSON object")

@@ -23,7 +23,7 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from opmatrix.schema import CellKey, Entry, OpName
+from opmatrix.schema import CellKey, Entry, OpName, Shapes
 from opmatrix.schema import Matrix as MatrixModel
 
 from .answer import Answer, unknown
@@ -63,13 +63,14 @@ def _is_torch_op(op: OpName) -> bool:
 class MatrixIndex:
     """A support matrix with its query index; ``.model`` is the schema object (the YAML artifact)."""
 
-    __slots__ = ("model", "_rows", "_names", "_op_set", "_count")
+    __slots__ = ("model", "_rows", "_names", "_op_set", "_count", "_dynamic")
 
     def __init__(self, model: MatrixModel):
         self.model = model
         self._op_set = frozenset(model.operators)
         self._names: dict[object, str] = {name: name for name in model.operators}
         self._rows: dict[RowKey, Row] = build_rows(model)
+        self._dynamic: dict[RowKey, Row] | None = None  # the dynamic-shape compiled cells, indexed when asked
         self._count = sum(len(row) - row.count(None) for row in self._rows.values())
 
     @classmethod
@@ -140,8 +141,12 @@ class MatrixIndex:
         layout: object = "contiguous",
         mode: object = "eager",
         args: Mapping[str, Any] | None = None,
+        shapes: object = "static",
     ) -> Answer:
-        """How ``op`` runs for one cell; ``args`` (by schema name) narrow conditional entries."""
+        """How ``op`` runs for one cell; ``args`` (by schema name) narrow conditional entries;
+        ``shapes="dynamic"`` asks the compiled cells probed with dynamic shapes."""
+        if shapes != "static" and str(getattr(shapes, "value", shapes)) != "static":
+            return self._query_dynamic(op, dtype, rank, layout, mode, args, shapes)
         name = self._names.get(op)
         if name is not None:
             row = self._rows.get((name, dtype, layout, mode))  # type: ignore[arg-type]
@@ -151,9 +156,22 @@ class MatrixIndex:
                     return answer if args is None else answer.given(args, rank)
         return self._query_slow(op, dtype, rank, layout, mode, args)
 
+    def _query_dynamic(self, op: object, dtype: object, rank: int, layout: object, mode: object,
+                       args: Mapping[str, Any] | None, shapes: object) -> Answer:
+        text = str(getattr(shapes, "value", shapes))
+        if text != "dynamic":
+            raise ValueError(f"unknown shapes {text!r} (one of dynamic, static)")
+        if parse_mode(mode) != "compile":
+            raise ValueError("shapes=dynamic asks compiled cells: use mode='compile'")
+        if self._dynamic is None:
+            self._dynamic = build_rows(self.model, Shapes.dynamic)
+        return self._query_slow(op, dtype, rank, layout, mode, args, self._dynamic)
+
     def _query_slow(
-        self, op: object, dtype: object, rank: int, layout: object, mode: object, args: Mapping[str, Any] | None
+        self, op: object, dtype: object, rank: int, layout: object, mode: object, args: Mapping[str, Any] | None,
+        rows: dict[RowKey, Row] | None = None,
     ) -> Answer:
+        rows = self._rows if rows is None else rows
         name = self.resolve(op)
         try:
             number = -1 if isinstance(rank, bool) else operator.index(rank)  # numpy ints too
@@ -163,23 +181,26 @@ class MatrixIndex:
             raise ValueError(f"rank must be an int >= 0, got {rank!r}")
         rank = number
         key = (name, parse_dtype(dtype), parse_layout(layout), parse_mode(mode))
-        row = self._rows.get(key)
+        row = rows.get(key)
         answer = row[rank] if row is not None and rank < len(row) else None
         if answer is not None:
             return answer if args is None else answer.given(args, rank)
-        return unknown(self._why_unknown(name, key[1], rank, key[2], key[3]), self.model.evidence)
+        return unknown(self._why_unknown(name, key[1], rank, key[2], key[3], rows), self.model.evidence)
 
-    def _why_unknown(self, name: str, dtype: str, rank: int, layout: str, mode: str) -> str:
+    def _why_unknown(self, name: str, dtype: str, rank: int, layout: str, mode: str,
+                     rows: dict[RowKey, Row] | None = None) -> str:
         if name not in self._op_set:
             return f"{name} was not probed on this backend"
-        probed = [k for k in self._rows if k[0] == name and k[3] == mode]
+        dynamic = rows is not None and rows is not self._rows
+        rows = self._rows if rows is None else rows
+        probed = [k for k in rows if k[0] == name and k[3] == mode]
         if not probed:
-            return f"{name} was not probed in {mode} mode"
+            return f"{name} was not probed in {mode} mode{' with dynamic shapes' if dynamic else ''}"
         for pos, what, value in ((1, "dtype", dtype), (2, "layout", layout)):
             if not any(k[pos] == value for k in probed):
                 seen = sorted({k[pos] for k in probed})
                 return f"{name} was not probed with {what} {value} (probed: {', '.join(seen)})"
-        row = self._rows[name, dtype, layout, mode]
+        row = rows[name, dtype, layout, mode]
         ranks = [r for r, a in enumerate(row) if a is not None]
         return f"{name} {dtype} {layout} was not probed at rank {rank} (probed ranks: {ranks})"
 

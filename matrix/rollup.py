@@ -27,6 +27,7 @@ from collections.abc import Hashable, Iterable, Sequence
 from typing import TypeVar
 
 from opmatrix.schema import (
+    Accumulation,
     Autograd,
     CellResult,
     DeviceOutcome,
@@ -49,7 +50,7 @@ _REFERENCE_PREFERENCE = (ReferenceKind.cpu_upcast, ReferenceKind.cpu_same_dtype,
 RESULT_KEY_FIELDS = frozenset(
     {
         "path", "outcome", "conditions", "mixed", "flaky", "autograd", "numerics", "components",
-        "fallback", "samples", "error", "note", "devices", "device_dependent",
+        "fallback", "samples", "error", "note", "devices", "device_dependent", "shapes", "source",
     }
 )
 
@@ -78,12 +79,14 @@ def result_key(result: CellResult) -> Hashable:
         result.mixed,
         result.flaky,
         None if ag is None else (ag.path, ag.outcome),
-        None if num is None else (num.atol, num.rtol, num.reference),
+        None if num is None else (num.atol, num.rtol, num.reference, num.accumulation, num.accumulation_evidence),
         tuple(result.components),
         (fb.state, tuple(fb.ops), fb.source),
         None if err is None else (err.type, err.message, err.actionable, err.signal),
         result.note,
         tuple((d.device, d.uuid, d.path, d.outcome) for d in result.device_dependent),
+        result.shapes,
+        result.source,
     )
 
 
@@ -136,7 +139,21 @@ def _numerics(items: Sequence[Numerics]) -> Numerics | None:
         max_rel_err=_max_opt(n.max_rel_err for n in items),
         mismatched=_max_opt(n.mismatched for n in items),
         reference=next(r for r in _REFERENCE_PREFERENCE if r in refs),
+        accumulation=accumulation_of(items)[0],
+        accumulation_evidence=accumulation_of(items)[1],
     )
+
+
+def accumulation_of(items: Sequence[Numerics]) -> tuple[Accumulation | None, str | None]:
+    """The accumulation mode several numerics agree on, with its evidence; ``unknown`` (saying
+    so) when they differ."""
+    found = {(n.accumulation, n.accumulation_evidence) for n in items if n.accumulation is not None}
+    if not found:
+        return None, None
+    modes = {mode for mode, _ in found if mode is not None}
+    if len(modes) == 1:
+        return modes.pop(), _join_notes(e for _, e in found)
+    return Accumulation.unknown, f"measurements disagree: {', '.join(sorted(m.value for m in modes))}"
 
 
 def _autograd(items: Sequence[Autograd]) -> Autograd | None:
@@ -213,6 +230,9 @@ def rollup(results: Iterable[CellResult]) -> CellResult:
         note=_join_notes(r.note for r in items),
         devices=union_devices(items),
         device_dependent=_device_dependent(items),
+        shapes=items[0].shapes,
+        # an OpInfo sample's result at this cell makes it OpInfo's, whatever an extension added
+        source=items[0].source if len({r.source for r in items}) == 1 else None,
     )
 
 

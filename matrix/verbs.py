@@ -22,6 +22,7 @@ from opmatrix.schema import (
     TENSOR,
     ArtifactError,
     BackendId,
+    Entry,
     Evidence,
     JournalHeader,
     Runtime,
@@ -34,6 +35,7 @@ from opmatrix.schema.yamlload import dumps_json
 
 from .contract_line import contract_line
 from .diff import diff_matrices
+from .headline import headline
 from .keys import parse_dtype, parse_layout
 from .options import DiffOptions, QueryOptions
 from .query import MatrixIndex, UnknownOperatorError
@@ -124,9 +126,11 @@ def query(args: QueryOptions) -> int:
         raise UsageError(f"--rank must be >= 0, got {args.rank}")
     values = dict(parse_arg(a) for a in args.arg)
     if dtype is None or args.rank is None:
-        return _print_entries(m, op, dtype, args.rank, layout, args.mode, args.json)
-    answer = m.query(op, dtype, args.rank, layout or "contiguous", args.mode, args=values or None)
+        return _print_entries(m, op, dtype, args.rank, layout, args, args.all or dtype is not None or args.rank is not None)
+    answer = m.query(op, dtype, args.rank, layout or "contiguous", args.mode, args=values or None, shapes=args.shapes)
     cell = {"op": op, "dtype": dtype, "rank": args.rank, "layout": layout or "contiguous", "mode": args.mode}
+    if args.mode == "compile":
+        cell["shapes"] = args.shapes
     if args.json:
         print(dumps_json({**cell, "args": values, **answer.to_dict()}, sort_keys=True))
     else:
@@ -137,20 +141,31 @@ def query(args: QueryOptions) -> int:
 
 
 def _print_entries(m: MatrixIndex, op: str, dtype: str | None, rank: int | None, layout: str | None,
-                   mode: str, as_json: bool) -> int:
+                   args: QueryOptions, listed: bool) -> int:
+    """The operator's headline (what works and on which path, then what does not); its box entries
+    with ``--all`` or when a dtype or rank narrows them."""
+    mode = args.mode
     entries = [
         e for e in m.model.boxes().get(op, [])
         if e.mode.value == mode
+        and (mode != "compile" or (e.shapes.value if e.shapes else "static") == args.shapes)
         and (dtype is None or dtype in e.dtypes)
         and (rank is None or rank in e.ranks)
         and (layout is None or layout in e.layouts)
     ]
     line = contract_line(m.operators.get(op, []))
-    if as_json:
-        print(dumps_json({"op": op, "mode": mode, "contract": line,
+    head = headline(m.operators.get(op, []))
+    if args.json:
+        print(dumps_json({"op": op, "mode": mode, "contract": line, "headline": head,
                           "entries": [model_to_data(e) for e in entries]}, sort_keys=True))
         return 0
-    print(f"{op} contract (generated from the matrix): {line}")
+    b = m.model.backend
+    print(f"{op} on {b.name}{' ' + b.generation if b.generation else ''} (generated from the matrix): {head}")
+    if not listed:
+        print(f"{len(entries)} {mode} entr{'y' if len(entries) == 1 else 'ies'}: --all lists them; "
+              f"--dtype/--rank/--layout ask for one cell")
+        return 0
+    print(f"contract line: {line}")
     print(f"{len(entries)} box entr{'y' if len(entries) == 1 else 'ies'} ({mode}) match:")
     if not entries:
         print(f"{op} ({mode}): no probed entry matches; path unknown")
@@ -159,9 +174,18 @@ def _print_entries(m: MatrixIndex, op: str, dtype: str | None, rank: int | None,
         conds = f" when {', '.join(f'{k}={v}' for k, v in sorted(e.conditions.items()))}" if e.conditions else ""
         print(
             f"{op} {','.join(d.value for d in e.dtypes)} rank {ranks} {','.join(x.value for x in e.layouts)} "
-            f"{e.mode.value}{conds}: {e.path.value} ({e.outcome.value}), {e.samples.passed}/{e.samples.probed} samples"
+            f"{e.mode.value}{_shapes(e)}{conds}: {e.path.value} ({e.outcome.value}), {e.samples.passed}/"
+            f"{e.samples.probed} samples{_extended(e)}"
         )
     return 0
+
+
+def _shapes(e: Entry) -> str:
+    return f" ({e.shapes.value} shapes)" if e.shapes is not None else ""
+
+
+def _extended(e: Entry) -> str:
+    return f"; {e.source.value}" if e.source is not None else ""
 
 
 # -- diff ------------------------------------------------------------------------------------

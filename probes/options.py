@@ -18,7 +18,7 @@ from opmatrix.schema.enums import DTYPES, Layout
 from opmatrix.schema.io import UsageError
 from opmatrix.schema.options import Options, option
 
-__all__ = ["BenchOptions", "DoctorOptions", "ProbeOptions", "SUITES", "DEFAULT_SUITES", "WORKLOAD_DTYPES",
+__all__ = ["parse_ranks", "BenchOptions", "DoctorOptions", "ProbeOptions", "SUITES", "DEFAULT_SUITES", "WORKLOAD_DTYPES",
            "WORKLOAD_MODES"]
 
 #: the suites ``--suites`` may name
@@ -29,6 +29,19 @@ WORKLOAD_MODES: tuple[str, ...] = ("eager", "compile")
 _BACKEND_HELP = ("cpu, meta, cuda, mps, xpu, refaccel, xla, package.module:attr (an adapter class or factory; "
                  "a module that is not installed is looked for in the current directory) or privateuse1:package.module "
                  "(a module that registers a PrivateUse1 device when imported)")
+
+
+def parse_ranks(text: str) -> tuple[int, int]:
+    """``"2-5"`` -> (2, 5); ``"4"`` -> (4, 4); ValueError naming the fix otherwise."""
+    lo, sep, hi = str(text).partition("-")
+    try:
+        low, high = int(lo), int(hi if sep else lo)
+    except ValueError:
+        raise ValueError(f"--ranks: expected LO-HI like 2-5 (or one rank), got {text!r}") from None
+    if not 0 <= low <= high <= 8:
+        raise ValueError(f"--ranks: expected 0 <= LO <= HI <= 8, got {text!r}")
+    return low, high
+
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,6 +60,9 @@ class ProbeOptions(Options):
                                             help="comma-separated dtypes (default: the 11 standard ones)")
     layouts: tuple[str, ...] | None = option(None, choices=tuple(lay.value for lay in Layout),
                                              help="comma-separated layouts (default: all)")
+    ranks: str | None = option(None, metavar="LO-HI",
+                               help="declared ranks, e.g. 2-5: OpInfo's samples are extended (leading dimensions, by "
+                               "op family) to the ranks they do not reach; cells say source: rank extension")
     workers: int | None = option(None, min=1, help="worker processes (default: cores)")
     threads: int = option(1, min=1, help="torch intra-op threads per worker (default 1: probe tensors are small, "
                           "and on a shared machine two OpenMP threads per worker wait on each other)")
@@ -98,6 +114,11 @@ class ProbeOptions(Options):
         if self.executor == "ray" and self.devices is not None:
             raise UsageError("--devices with --executor ray: Ray places one worker on each device of its nodes; "
                              "leave --devices out (or choose nodes with --ray-resource)")
+        if self.ranks is not None:
+            try:
+                parse_ranks(self.ranks)
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
         if self.runtime_only and self.no_runtime:
             raise UsageError("--runtime-only and --no-runtime: choose one")
 

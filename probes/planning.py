@@ -207,6 +207,8 @@ def _op_tasks(opts: ProbeOptions, dtypes: list[str],
         options["compile_backend"] = opts.compile_backend
     if layouts:
         options["layouts"] = layouts
+    if opts.ranks:
+        options["ranks"] = opts.ranks
     names = [e.full_name for e in entries]
     source = OpSource(name="opinfo", entries=len(entries), hash=source_hash(entries))
     return plan_op_tasks(names, dtypes, options), source, names, options

@@ -16,7 +16,9 @@ from .devices import DeviceCheck, DeviceOutcome
 from .enums import (
     DEFAULT_DTYPES,
     PROCESS_FAULTS,
+    Accumulation,
     ApiService,
+    CellSource,
     CheckResult,
     DType,
     ExecPath,
@@ -29,6 +31,7 @@ from .enums import (
     Mode,
     Outcome,
     ReferenceKind,
+    Shapes,
 )
 from .gate import GateResult
 from .gcpause import gc_paused
@@ -90,4 +93,7 @@ __all__ = [
     "DeviceCells",
     "DeviceCheck",
     "DeviceOutcome",
+    "Accumulation",
+    "CellSource",
+    "Shapes",
 ]

@@ -31,7 +31,7 @@ from pydantic import BeforeValidator, ConfigDict, Field, model_validator
 
 from .base import Model, Name, RankRange, Text
 from .distributed import DistributedRequirement
-from .enums import DType, ExecPath, FallbackPolicy, FaultScope, FlakyPolicy, Layout, Mode
+from .enums import Accumulation, DType, ExecPath, FallbackPolicy, FaultScope, FlakyPolicy, Layout, Mode
 from .perf import CompatRequirement, PerfRequirement
 from .workloads import WorkloadRequirement
 
@@ -127,6 +127,10 @@ class OperatorRequirement(Model):
     autograd: bool = False
     compile: bool = False
     fallback: FallbackPolicy | None = Field(default=None, description="overrides the contract's policy")
+    dynamic_shapes: bool = Field(default=False, description="with compile: the dynamic-shape compiled cells (probed "
+                                 "once per op and dtype, dynamic=True at two sizes) must exist and pass too")
+    accumulation: Accumulation | None = Field(default=None, description="the accumulation mode the low-precision "
+                                              "dtypes' cells must show (numerics.accumulation), e.g. float32")
     min_pass_ratio: float = Field(default=1.0, gt=0, le=1, description="samples passed / probed that a cell needs "
                                   "(above 0: a ratio of 0 would accept a cell none of whose samples passed)")
     conditions: dict[str, str] = Field(

@@ -152,6 +152,30 @@ class Mode(TextEnum):
     compile = "compile"
 
 
+class Shapes(TextEnum):
+    """How a compiled cell was compiled: shapes specialised (``dynamic=False``) or symbolic
+    (``dynamic=True``, run at two sizes)."""
+
+    static = "static"
+    dynamic = "dynamic"
+
+
+class Accumulation(TextEnum):
+    """The precision a low-precision reduction or matmul accumulates in, measured on a designed
+    input (see :mod:`opmatrix.probes.ops.accumulation`)."""
+
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+    unknown = "unknown"
+
+
+class CellSource(TextEnum):
+    """Where a cell's inputs came from when not OpInfo's own samples."""
+
+    rank_extension = "rank extension"  # OpInfo's sample extended to a declared rank (probe --ranks)
+
+
 class FallbackState(TextEnum):
     """Three-state fallback evidence: seen, checked and not seen, or no way to tell."""
 
@@ -191,6 +215,8 @@ class FallbackPolicy(TextEnum):
 
     allowed = "allowed"
     forbidden = "forbidden"
+    #: eager fallback is accepted, but a performance record that observed one is not (level 6)
+    forbidden_in_perf = "forbidden_in_perf"
 
 
 class FlakyPolicy(TextEnum):

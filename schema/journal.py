@@ -67,6 +67,9 @@ class TaskRecord(Model):
         default_factory=list, description="a wrong cell probed again on another device of the node"
     )
     skipped: Message | None = Field(default=None, description="why nothing was probed (e.g. no samples)")
+    ranks_skipped: Message | None = Field(
+        default=None, description="probe --ranks: why the task's samples were not extended to the declared ranks"
+    )
     not_run: dict[str, Message] = Field(
         default_factory=dict,
         description="units (sample/layout/mode) that never ran, with the reason; never cells, never counted as probed",

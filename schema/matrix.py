@@ -30,6 +30,8 @@ from .base import Message, Model, RankRange, printable
 from .devices import DEVICE_DEPENDENT, DeviceName, DeviceOutcome
 from .distributed import Distributed
 from .enums import (
+    Accumulation,
+    CellSource,
     DType,
     ExecPath,
     FallbackState,
@@ -38,6 +40,7 @@ from .enums import (
     Mode,
     Outcome,
     ReferenceKind,
+    Shapes,
 )
 from .integrity import PARSED_DIGEST, Integrity, content_digest
 from .runinfo import ApiCoverage, BackendId, DeviceInfo, Evidence, OpSource, Runtime, RuntimeCheck
@@ -81,6 +84,9 @@ class Numerics(Model):
     #: how many output values were outside tolerance (a ``wrong`` cell), when counted
     mismatched: int | None = Field(default=None, ge=0)
     reference: ReferenceKind = ReferenceKind.cpu_same_dtype
+    #: low-precision reductions and matmuls: the precision the sum was accumulated in
+    accumulation: Accumulation | None = None
+    accumulation_evidence: Message | None = Field(default=None, description="the designed input and what it gave")
 
 
 class ErrorInfo(Model):
@@ -162,6 +168,8 @@ class CellResult(Model):
     components: list[str] = Field(default_factory=list, description="ops a composite ran as")
     fallback: FallbackEvidence = Field(default_factory=FallbackEvidence)
     samples: Samples
+    shapes: Shapes | None = Field(default=None, description="compile cells: compiled for static or dynamic shapes")
+    source: CellSource | None = Field(default=None, description="inputs not OpInfo's own samples (rank extension)")
 
     error: ErrorInfo | None = None
     note: Message | None = None
@@ -201,6 +209,7 @@ class EntryPart(Model):
     autograd: Autograd | None = None
     numerics: Numerics | None = None
     samples: Samples
+    source: CellSource | None = None
     error: ErrorInfo | None = None
     note: Message | None = None
 

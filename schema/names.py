@@ -171,7 +171,7 @@ class TaskId(NamedTuple):
 
 
 #: the steps a unit of an operator task runs, in order
-UNIT_STEPS = ("eager", "backward", "compile")
+UNIT_STEPS = ("eager", "backward", "compile", "dynamic", "accumulation")
 
 
 class UnitId(NamedTuple):

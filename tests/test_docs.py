@@ -84,3 +84,21 @@ def test_benchdoc_appends_rows_to_its_own_table(tmp_path: Path) -> None:
     assert len(beta_rows) == 1 and "y: 2 \\| 3" in beta_rows[0]
     with pytest.raises(ValueError):
         benchdoc.record("no spaces allowed", {}, doc=doc)
+
+
+def test_contract_field_examples_are_generated_and_show_each_field() -> None:
+    """docs/matrix.md and docs/gate.md carry the block `python -m opmatrix.entrydoc --write` made."""
+    from opmatrix.entrydoc import BEGIN, END, REGENERATE
+
+    matrix = (ROOT / "docs" / "matrix.md").read_text(encoding="utf-8")
+    gate = (ROOT / "docs" / "gate.md").read_text(encoding="utf-8")
+    for page in (matrix, gate):
+        block = page.split(BEGIN, 1)[1].split(END, 1)[0]
+        assert REGENERATE in block
+    block = matrix.split(BEGIN, 1)[1].split(END, 1)[0]
+    for field in ("source: rank extension", "shapes: dynamic", "accumulation: float32", "Works: eager native"):
+        assert field in block, field
+    block = gate.split(BEGIN, 1)[1].split(END, 1)[0]
+    for field in ("ranks: {min: 2, max: 5}", "dynamic_shapes: true", "fallback: forbidden_in_perf",
+                  "accumulation: float32", "L2.ops.sum: pass"):
+        assert field in block, field

@@ -44,13 +44,30 @@ def test_query_json_answers_the_seed_softmax(capsys: pytest.CaptureFixture[str],
 
 def test_query_without_a_full_cell_lists_the_entries(capsys: pytest.CaptureFixture[str], example_matrix_path: Path):
     assert main(["query", str(example_matrix_path), "aten.softmax.int", "--dtype", "float64"]) == 0
-    assert capsys.readouterr().out == (
-        "aten.softmax.int contract (generated from the matrix): native for dim=last on contiguous input, "
+    headline = (
+        "aten.softmax.int on refaccel g2 (generated from the matrix): Works: eager native for dim=last on contiguous "
+        "input, composite otherwise (_softmax, contiguous, div, exp, sum) for bf16, fp32 at ranks 2-5; backward "
+        "first-order native. Does not work: rejected for fp64. Compile: not probed.\n"
+    )
+    assert capsys.readouterr().out == headline + (
+        "contract line: native for dim=last on contiguous input, "
         "composite otherwise (_softmax, contiguous, div, exp, sum); bf16, fp32; ranks 2-5; rejected for fp64; "
         "backward first-order ok; compile: not probed; fallback: none observed\n"
         "1 box entry (eager) match:\n"
         "aten.softmax.int float64 rank 1-5 contiguous eager: rejected (ok), 10/10 samples\n"
     )
+
+
+def test_query_with_no_cell_leads_with_what_works_and_lists_entries_with_all(
+        capsys: pytest.CaptureFixture[str], example_matrix_path: Path):
+    assert main(["query", str(example_matrix_path), "aten.softmax.int"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split(": ", 1)[1].startswith("Works: eager native for dim=last") and "Does not work: rejected" in lines[0]
+    assert lines[1] == "4 eager entries: --all lists them; --dtype/--rank/--layout ask for one cell"
+    assert len(lines) == 2
+    assert main(["query", str(example_matrix_path), "aten.softmax.int", "--all"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert listed[0] == lines[0] and listed[2] == "4 box entries (eager) match:" and len(listed) == 7
 
 
 def test_query_text_is_one_line(capsys: pytest.CaptureFixture[str], example_matrix_path: Path):

@@ -11,7 +11,7 @@ from opmatrix.probes.ops.engine import probe_task
 from opmatrix.probes.ops.layouts import make_variant, to_device, transform_sample
 from opmatrix.probes.ops.numerics import compare, tolerance_for
 from opmatrix.probes.ops.source import UnknownOp, select_ops
-from opmatrix.schema import ExecPath, Layout, Mode, Outcome
+from opmatrix.schema import ExecPath, Layout, Mode, Outcome, Shapes
 
 
 @pytest.fixture(scope="module")
@@ -95,9 +95,11 @@ def test_cpu_softmax_with_dtype_records_the_dtype_condition(cpu):
 
 def test_one_representative_sample_per_op_is_compiled_and_matches_eager(cpu):
     rec = probe_task(cpu, "add", "float32")
-    compiled = [c for c in rec.cells if c.mode is Mode.compile]
+    compiled = [c for c in rec.cells if c.mode is Mode.compile and c.result.shapes is Shapes.static]
     assert len(compiled) == 1 and compiled[0].result.outcome is Outcome.ok
     assert compiled[0].result.path is ExecPath.native
+    # and one dynamic-shape check (dynamic=True at two sizes) beside it
+    assert len([c for c in rec.cells if c.result.shapes is Shapes.dynamic]) == 1
     assert not [c for c in probe_task(cpu, "add", "int64").cells if c.mode is Mode.compile]
 
 
@@ -244,7 +246,9 @@ def test_a_miscompiled_result_is_wrong_and_says_what_differs(cpu):
             return run
 
     rec = probe_task(cpu, "add", "float32", options={"compile_backend": "opmatrix_off_by_one"})
-    (compiled,) = [c for c in rec.cells if c.mode is Mode.compile]
+    (compiled,) = [c for c in rec.cells if c.mode is Mode.compile and c.result.shapes is Shapes.static]
     assert compiled.result.outcome is Outcome.wrong
+    (dynamic,) = [c for c in rec.cells if c.result.shapes is Shapes.dynamic]
+    assert dynamic.result.outcome is Outcome.wrong  # the same bad lowering with symbolic shapes
     assert compiled.result.numerics is not None and compiled.result.numerics.max_abs_err == 1.0
     assert compiled.result.numerics.mismatched and "values outside" in (compiled.result.note or ""), compiled.result.note

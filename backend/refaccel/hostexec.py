@@ -130,8 +130,10 @@ def run(
     *,
     defect: str | None = None,
     index: int | None = None,
+    compute: Callable[..., Any] | None = None,
 ) -> Any:
-    """Compute ``op(*args, **kwargs)`` with the CPU kernel on host views; return device results."""
+    """Compute ``op(*args, **kwargs)`` with the CPU kernel on host views (or with ``compute``, the
+    generation's own arithmetic for it, see :mod:`.accumulate`); return device results."""
     info = op_info(op)  # type: ignore[arg-type]
     if defect == "host_int64" and any(t.dtype == torch.int64 for t in device_tensors(args, kwargs)):
         return _through_host(op, args, kwargs)
@@ -145,7 +147,7 @@ def run(
         host_kwargs["device"] = torch.device("cpu")
     if info.generator_pos is not None:
         _use_device_generator(info, host_args, host_kwargs, call.index or 0)
-    result = op(*host_args, **host_kwargs)
+    result = (compute or op)(*host_args, **host_kwargs)
     for dev_out, host_out in call.fresh_outs:
         if dev_out.shape != host_out.shape:
             dev_out.resize_(host_out.shape)

@@ -22,6 +22,7 @@ import torch
 from opmatrix.schema.names import OpName
 
 from . import composite, fallback, faults, hostexec, runtime
+from .accumulate import summing_in
 from .errors import unsupported_call
 from .table import Rule, dtype_name, load_rules
 
@@ -60,6 +61,7 @@ def _make_kernel(op: torch._ops.OpOverload, rule: Rule, generation: str) -> Call
     info = hostexec.op_info(op)
     name, base = info.name, info.base
     dim_pos, defect = info.dim_pos, rule.defect
+    compute = summing_in(rule.accumulate_low, op)
     compose = rule.otherwise == "compose"
     implicit = _is_implicit(op)
     run = hostexec.run
@@ -74,10 +76,10 @@ def _make_kernel(op: torch._ops.OpOverload, rule: Rule, generation: str) -> Call
         why = violation(rule, tensors, args, dim_pos)
         if why is None:
             if faults.SLOW:
-                return faults.slowed(name, base, lambda: run(op, args, kwargs, defect=defect))
+                return faults.slowed(name, base, lambda: run(op, args, kwargs, defect=defect, compute=compute))
             if faults.BAD:
-                return faults.miscompute(name, base, run(op, args, kwargs, defect=defect))
-            return run(op, args, kwargs, defect=defect)
+                return faults.miscompute(name, base, run(op, args, kwargs, defect=defect, compute=compute))
+            return run(op, args, kwargs, defect=defect, compute=compute)
         if compose and why[0] in _COMPOSABLE:
             if implicit:  # run PyTorch's own composite on the device's other kernels
                 return op.decompose(*args, **kwargs)

@@ -48,6 +48,8 @@ class Rule:
     last_dim_only: bool
     otherwise: str
     defect: str | None
+    #: low-precision float dtypes this kernel sums in their own precision (g1's bfloat16 sums)
+    accumulate_low: frozenset[torch.dtype] = frozenset()
 
     def describe(self) -> str:
         """What the kernel serves, as shown in rejection messages."""
@@ -79,7 +81,7 @@ def _dtypes(spec: Any, groups: dict[str, list[str]], where: str) -> list[str]:
 
 
 def _rule(op: str, family: str, spec: dict[str, Any], groups: dict[str, list[str]], where: str) -> Rule:
-    unknown = set(spec) - {"dtypes", "ranks", "layouts", "args", "otherwise", "defect"}
+    unknown = set(spec) - {"dtypes", "ranks", "layouts", "args", "otherwise", "defect", "accumulate_low"}
     if unknown:
         raise ValueError(f"{_PATH}: {where}: unknown keys {sorted(unknown)}")
     names = _dtypes(spec.get("dtypes"), groups, where)
@@ -104,6 +106,7 @@ def _rule(op: str, family: str, spec: dict[str, Any], groups: dict[str, list[str
         last_dim_only=args.get("dim") == "last",
         otherwise=otherwise,
         defect=defect,
+        accumulate_low=frozenset(getattr(torch, n) for n in _dtypes(spec.get("accumulate_low", []), groups, where)),
     )
 
 

@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 
 from opmatrix.schema import (
     PROCESS_FAULTS,
+    Accumulation,
     Autograd,
     CellRecord,
     CellResult,
+    CellSource,
     DType,
     ErrorInfo,
     ExecPath,
@@ -29,6 +31,7 @@ from opmatrix.schema import (
     Outcome,
     ReferenceKind,
     Samples,
+    Shapes,
 )
 from opmatrix.schema.conditions import ALWAYS_RECORDED, INPUT
 
@@ -70,6 +73,17 @@ class SampleResult:
     mismatched: int | None = None
     #: the device refused the inputs while they were staged: the op never ran (nor will it compiled)
     unstaged: bool = False
+    #: a compiled cell's shapes (static: ``dynamic=False``; dynamic: ``dynamic=True`` at two sizes)
+    shapes: Shapes | None = None
+    #: where the inputs came from when not OpInfo's own sample (a rank extension)
+    source: CellSource | None = None
+    #: the (op, dtype)'s accumulation mode and its evidence (:mod:`.accumulation`), on its eager cells
+    accumulation: Accumulation | None = None
+    accumulation_evidence: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode is Mode.compile and self.shapes is None:  # every compile check but the dynamic one
+            self.shapes = Shapes.static
 
 
 def _separating_feature(samples: list[SampleResult]) -> str | None:
@@ -144,6 +158,8 @@ def _numerics(samples: list[SampleResult]) -> Numerics | None:
         max_rel_err=_round(max(rel_errs)) if rel_errs else None,
         mismatched=max(mismatched) if mismatched else None,
         reference=measured[0].reference,
+        accumulation=measured[0].accumulation,
+        accumulation_evidence=measured[0].accumulation_evidence,
     )
 
 
@@ -192,6 +208,8 @@ def _result(samples: list[SampleResult], conditions: dict[str, str]) -> CellResu
         ),
         error=errors[0] if errors else None,
         note="; ".join(notes) or None,
+        shapes=samples[0].shapes,
+        source=samples[0].source if len({s.source for s in samples}) == 1 else None,
     )
 
 
@@ -200,14 +218,15 @@ def cells_from_samples(samples: Iterable[SampleResult], dtype: str) -> list[Cell
 
     A sample is filed under its own dtype (its first tensor's; ``dtype`` is the task's, for those
     that do not say)."""
-    Key = tuple[str, str, int, Layout, Mode, tuple[tuple[str, str], ...]]
+    Key = tuple[str, str, int, Layout, Mode, str, tuple[tuple[str, str], ...]]
     groups: dict[Key, list[SampleResult]] = defaultdict(list)
     for s in samples:
         fixed = tuple(sorted((k, v) for k, v in s.features.items() if k in ALWAYS_RECORDED and v != "none"))
-        groups[(s.op, s.dtype or dtype, s.rank, s.layout, s.mode, fixed)].append(s)
+        shapes = s.shapes.value if s.shapes is not None else ""
+        groups[(s.op, s.dtype or dtype, s.rank, s.layout, s.mode, shapes, fixed)].append(s)
     out: list[CellRecord] = []
-    for (op, cell_dtype, rank, layout, mode, fixed), group in sorted(
-        groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2], kv[0][3].value, kv[0][4].value, kv[0][5])
+    for (op, cell_dtype, rank, layout, mode, _shapes, fixed), group in sorted(
+        groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2], kv[0][3].value, kv[0][4].value, kv[0][5], kv[0][6])
     ):
         feature = _separating_feature(group) if len({s.path for s in group}) > 1 else None
         feature = feature or _fault_split(group) or _empty_split(group)

@@ -25,12 +25,27 @@ import torch
 
 from opmatrix.probes.ops import task_id
 from opmatrix.probes.runner import Skip, WorkerPoisoned
-from opmatrix.schema import Autograd, DType, ErrorInfo, ExecPath, Layout, Mode, OpName, Outcome, TaskRecord, UnitId
+from opmatrix.schema import (
+    Autograd,
+    CellSource,
+    DType,
+    ErrorInfo,
+    ExecPath,
+    Layout,
+    Mode,
+    OpName,
+    Outcome,
+    Shapes,
+    TaskRecord,
+    UnitId,
+)
 
 from .backward import NoGradient, claims_backward, differentiable, grad_masks, probe_backward
 from .cells import SampleResult, cells_from_samples
 from .checkpoint import UnitDone, dump_batch, load_batch
 from .compiled import probe_compile
+from .declared import stamp_accumulation, with_declared_ranks
+from .dynamic import grows, probe_dynamic
 from .eager import probe_eager, refusal_text
 from .faults import SkipPlan, fault_result
 from .judging import Reference, reference, widened_reference
@@ -69,6 +84,7 @@ class _TaskRun:
         self.autograd_budget: dict[tuple[OpName, int, Layout], int] = {}
         self.compile_done: dict[tuple[OpName, int], bool] = {}
         self.representative_done = False
+        self.dynamic_done = False  # the dynamic-shape compile check: once per task
         self.invalid = 0
         self.samples = 0  # how many samples OpInfo yielded
         self.failed_units = 0  # units whose device call raised (their leftovers are freed)
@@ -229,10 +245,12 @@ class _TaskRun:
     def _maybe_compile(self, unit: Unit, ref: Reference, eager: SampleResult) -> None:
         opts = self.opts
         unavailable = eager.path is ExecPath.rejected and eager.outcome is Outcome.ok and not eager.unstaged
-        representative = (
-            not self.representative_done and eager.outcome is Outcome.ok and not unavailable
-            and (opts.compile == "all" or (opts.compile == "auto" and self.dtype_name == opts.representative_dtype))
-        )
+        checked = eager.outcome is Outcome.ok and not unavailable and (
+            opts.compile == "all" or (opts.compile == "auto" and self.dtype_name == opts.representative_dtype))
+        representative = not self.representative_done and checked
+        if checked and opts.dynamic and not self.dynamic_done and unit.layout is Layout.contiguous and grows(unit):
+            self.dynamic_done = True  # the first sample with a first dimension to grow (a second size)
+            self._dynamic(unit, ref, eager)
         want = opts.compile != "off" and unit.layout is Layout.contiguous and (unavailable or representative)
         self.representative_done = self.representative_done or (want and representative)
         ckey = _budget_keys(unit)[1]
@@ -245,6 +263,21 @@ class _TaskRun:
         self.progress(str(cid))
         self.results.append(probe_compile(self.st, self.entry, unit, self.dtype, ref, eager,
                                           backend=self.opts.compile_backend))
+
+    def _dynamic(self, unit: Unit, ref: Reference, eager: SampleResult) -> None:
+        """The dynamic-shape compile check on the sample the static one compiled (:mod:`.dynamic`)."""
+        did = unit_id(unit, "dynamic")
+        start = len(self.results)
+        if not self._admit(unit, did, Mode.compile):
+            for faulted in self.results[start:]:
+                faulted.shapes = Shapes.dynamic
+            return
+        self.progress(str(did))
+        found = probe_dynamic(self.st, self.entry, unit, self.dtype, ref, eager, backend=self.opts.compile_backend)
+        if isinstance(found, str):
+            self.plan.not_run[str(did)] = f"not run: {found}"
+        else:
+            self.results.append(found)
 
     def record(self, tid: str, source: str, started: float) -> TaskRecord:
         """The task's journal record: cells, the worst fault, the units not run."""
@@ -318,16 +351,23 @@ def probe_task(adapter_or_ctx: Adapter | WorkerContext | InlineContext, source: 
                           skipped=f"no sample holds {dtype_name}: OpInfo's {len(samples)} samples at {dtype_name} hold "
                                   f"{', '.join(held) or 'no tensor'} (cells are filed under the dtype passed)")
     masks = grad_masks(entry, dtype, samples, opts)
+    probed, masks, first_extended, ranks_skipped = with_declared_ranks(entry, samples, masks, opts)
     run = _TaskRun(st, entry, dtype_name, opts, SkipPlan.from_runner(skip, skip_rest), progress, ctx)
-    for unit in units(st, entry, samples, opts, values_undefined(entry, dtype), masks):
+    for unit in units(st, entry, probed, opts, values_undefined(entry, dtype), masks):
+        start = len(run.results)
         run.unit(unit)
+        if int(unit.index.split(".")[0]) >= first_extended:  # a sample extended to a declared rank
+            for result in run.results[start:]:
+                result.source = CellSource.rank_extension
+    stamp_accumulation(st, entry, dtype_name, run.results, run.plan, run.progress)
     run.samples = len(samples)
     for why in stopped:  # the samples OpInfo never yielded are no cells: said, with the reason
         run.plan.not_run[f"samples after #{len(samples) - 1}"] = f"not run: {why}"
     if run.failed_units:
         release_failed_calls(full=True)
     st.overloads.flush(every=5.0)  # a worker killed before the next merge only costs a re-record
-    return run.record(tid, source, started)
+    record = run.record(tid, source, started)
+    return record.model_copy(update={"ranks_skipped": ranks_skipped}) if ranks_skipped else record
 
 
 def handle(ctx: WorkerContext, task: Task, progress: Callable[[str], None], skip: Mapping[str, Skip],

@@ -41,6 +41,10 @@ class ProbeOptions:
     retry_wrong: bool = True
     #: the torch.compile backend of compile-mode cells (None: the adapter's)
     compile_backend: str | None = None
+    #: probe --ranks LO-HI: OpInfo's samples extended to the declared ranks (:mod:`.ranks`)
+    ranks: tuple[int, int] | None = None
+    #: the dynamic-shape compile check beside the static one (once per op and dtype; :mod:`.dynamic`)
+    dynamic: bool = True
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> ProbeOptions:
@@ -50,6 +54,10 @@ class ProbeOptions:
             d["layouts"] = tuple(Layout(v) for v in d["layouts"])
         else:
             d.pop("layouts", None)
+        if d.get("ranks") is not None:
+            from .ranks import parse_ranks
+
+            d["ranks"] = parse_ranks(d["ranks"]) if isinstance(d["ranks"], str) else tuple(d["ranks"])
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
 
