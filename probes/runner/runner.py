@@ -163,7 +163,6 @@ class Run:
             self.summary.restarts += 1
 
     # -- messages ----------------------------------------------------------------------------
-
     def _key(self, identity: Mapping[str, Any]) -> str:
         return str(EvidenceKey.from_identity(identity, str(self.options.get("op_source_hash", ""))))
 
@@ -219,6 +218,7 @@ class Run:
             return  # a late message about a task this worker no longer owns
         elif isinstance(msg, Done):
             handle.job, handle.unit, handle.deadline = None, None, float("inf")
+            self._assign()  # the worker's next task first: it runs while this record is parsed and journaled
             try:  # parsed once: a model from here to the journal; one that is none is the task's error
                 record = parse_record(json.loads(msg.record), f"worker {handle.slot}'s record of task {job.task.id}")
             except (ValueError, ArtifactError) as exc:
