@@ -92,7 +92,6 @@ class Run:
         self.executor: Executor = executor or LocalExecutor()  # started by the caller
         self.devices = RunDevices(devices, capacity=self.executor.capacity(), grow=grow_to_devices)
         self.node_losses = 0
-
         self.pending: deque[Job] = self._open_journal(tasks, resume, workers, progress)
         self.n_workers = max(1, min(workers, len(self.pending)))
         self.threads = threads or max(1, (os.cpu_count() or 1) // self.n_workers)
@@ -118,10 +117,11 @@ class Run:
             backend=self.backend, generation=self.generation, log_path=str(where / f"w{slot}.log"),
             board_path=str(where / f"w{slot}.unit"), carry_path=str(where / f"w{slot}.carry"), parent_pid=os.getpid(),
             handlers=self.handlers, kinds=self.kinds, device_plan=self.devices.plan, threads=self.threads,
-            options=self.options, env=dict(os.environ),
-        )
+            options=self.options, env=dict(os.environ))
+        # several workers fork from one zygote: torch and OpInfo are imported once for all of them
+        fork = self.summary.restarts > 0 or zygote.running() or self.n_workers > 1
         try:
-            handle = self.executor.spawn(slot, spec, replacement=self.summary.restarts > 0 or zygote.running())
+            handle = self.executor.spawn(slot, spec, replacement=fork)
         except OSError as exc:  # no process could be made (no memory, no pids): a failed start, counted
             return self._failed_start(f"could not start: {exc}")
         handle.deadline = time.monotonic() + self.grace  # torch import + backend setup
