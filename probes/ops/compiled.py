@@ -93,19 +93,6 @@ def _no_latency(*_: Any) -> float:
     return 0.0
 
 
-def _register_debug_backends(backend: object) -> None:
-    """Spare dynamo importing every backend module it has to look one name up.
-
-    ``torch.compile(backend="aot_eager")`` looks the name up in dynamo's registry, and a name not
-    registered yet makes dynamo import all of ``torch._dynamo.backends`` first (distributed,
-    cudagraphs, onnxrt, tvm ...: about a second, once per worker). The debug backends (``eager``,
-    ``aot_eager``, which the builtin adapters compile with) register when their own module is
-    imported: importing it first resolves the name to the same function; any other name is
-    looked up as before."""
-    if isinstance(backend, str):
-        with contextlib.suppress(ImportError):
-            import torch._dynamo.backends.debugging  # noqa: F401
-
 
 def _seeded(op: Callable[..., object], *args: object, **kwargs: object) -> object:
     """OpInfo's ``wrapper_set_seed`` without its ``freeze_rng_state``, for compiled calls."""
@@ -155,7 +142,6 @@ def _probe_compile(st: EngineState, entry: OpEntry, unit: Unit, dtype: torch.dty
 
     _skip_funcname_scan(fn := entry.info.op)
     _skip_guard_latency_profile()
-    _register_debug_backends(backend)
     torch._dynamo.reset()
     compiled = torch.compile(lambda i, *a, **k: fn(i, *a, **k), backend=backend, dynamic=False)
     uid = unit_id(unit, "compile")
