@@ -93,7 +93,6 @@ def _no_latency(*_: Any) -> float:
     return 0.0
 
 
-
 def _seeded(op: Callable[..., object], *args: object, **kwargs: object) -> object:
     """OpInfo's ``wrapper_set_seed`` without its ``freeze_rng_state``, for compiled calls."""
     torch.manual_seed(42)
