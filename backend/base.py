@@ -19,6 +19,7 @@ backend (registrations, the profiler's call tree, host copies inside a call).
 from __future__ import annotations
 
 import contextlib
+import functools
 import platform
 import re
 from collections.abc import Iterator
@@ -109,13 +110,19 @@ def refusal_of(exc: BaseException) -> str | None:
     """What ``exc`` says is unsupported (the matching :data:`REFUSALS` entry), or None when it
     names nothing actionable (``internal error 0x1f``). ``NotImplementedError`` is a refusal
     by type."""
-    text = str(exc).lower()
+    return _refusal_in(str(exc).lower(), isinstance(exc, NotImplementedError))
+
+
+@functools.lru_cache(maxsize=4096)
+def _refusal_in(text: str, not_implemented: bool) -> str | None:
+    """:func:`refusal_of` on a message's text: a pure function of it, so remembered (a probe meets
+    the same refusal for every sample and layout of a task; the patterns were 3% of a probe)."""
     if any(re.search(p, text) for p in NOT_REFUSALS):
         return None
     for refusal in REFUSALS:
         if re.search(refusal.pattern, text):
             return refusal.names
-    return "not implemented" if isinstance(exc, NotImplementedError) else None
+    return "not implemented" if not_implemented else None
 
 
 #: the names a message may use for a dtype besides ``float64`` / ``torch.float64``: c10's
@@ -140,8 +147,13 @@ def dtype_named(exc: BaseException, dtype: str) -> str | None:
     attribute's value (``dtype=Float``)."""
     if not dtype:
         return None
-    text = str(exc)
-    if isinstance(exc, PYTHON_BUGS) or any(re.search(p, text.lower()) for p in (*NOT_REFUSALS, *RUNTIME_FAILURES)):
+    return _dtype_in(str(exc), dtype, isinstance(exc, PYTHON_BUGS))
+
+
+@functools.lru_cache(maxsize=8192)
+def _dtype_in(text: str, dtype: str, python_bug: bool) -> str | None:
+    """:func:`dtype_named` on a message's text (a pure function of it, so remembered)."""
+    if python_bug or any(re.search(p, text.lower()) for p in (*NOT_REFUSALS, *RUNTIME_FAILURES)):
         return None
     # a whole word; C++ enumerators and runtime type tags prefix it: ``kDouble``, ``DT_DOUBLE``.
     # A word followed by ``[`` is a shape in XLA/HLO notation (``f32[5,5,0]``, ``xla_shape=f32[5]``):

@@ -30,7 +30,10 @@ the fairer figure).
 
     python bench/bench_vs_opinfo.py --ops add,mul,softmax,mm,sum --rounds 3
 
-Prints per round the walls, then the medians and ratios; the last line is
+Each round also times the imports alone (torch, OpInfo's database, dynamo: what both sides
+load before their first call; ``--no-imports`` skips it). Prints per round the walls and CPU
+seconds, then the medians and both ratios (wall, and CPU seconds: on a shared machine the fairer
+one); ``--record`` appends them as a row to docs/benchmarks.md with the load. The last line is
 ``ratio <one-worker opmatrix wall / baseline wall>``.
 """
 
@@ -177,7 +180,8 @@ def harness_tests(names: list[str]) -> list[str]:
     return [f"test_dtypes_{e.full_name.replace('.', '_')}_cpu" for e in select_ops(names)]
 
 
-def run_harness(tests: list[str], env: dict[str, str], folder: Path, module: Path | None = None) -> tuple[float, str]:
+def run_harness(tests: list[str], env: dict[str, str], folder: Path, module: Path | None = None
+                ) -> tuple[float, float, str]:
     """``python -m pytest -k`` on the harness module (or on PyTorch's own ``module``, e.g. a
     ``test_ops.py`` kept outside the repository), selecting exactly ``tests``."""
     if module is None:
@@ -185,7 +189,7 @@ def run_harness(tests: list[str], env: dict[str, str], folder: Path, module: Pat
         if not module.exists():
             module.write_text(HARNESS.format(bench=str(ROOT / "bench")))
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(module), "-k", " or ".join(tests)]
-    wall, text = _timed(cmd, env)
+    wall, cpu, text = _timed(cmd, env)
     lines = text.splitlines()
     summary = next((line for line in lines if line.startswith("baseline (pytest")), f"{module.name}: {len(tests)} tests")
     passed = next((line for line in lines if " passed" in line), "")
@@ -193,7 +197,7 @@ def run_harness(tests: list[str], env: dict[str, str], folder: Path, module: Pat
     counts = {word: int(n) for n, word in re.findall(r"(\d+) (passed|skipped|failed|error)", passed)}
     if counts.get("passed", 0) + counts.get("skipped", 0) != len(tests) or counts.get("failed") or counts.get("error"):
         sys.exit(f"the pytest baseline did not run all {len(tests)} tests cleanly:\n{text[-3000:]}")
-    return wall, f"{summary}; pytest: {passed.strip()}\n{lines[-1]}"
+    return wall, cpu, f"{summary}; pytest: {passed.strip()}\n{lines[-1]}"
 
 
 def baseline_child(names: list[str], mode: str) -> None:
@@ -221,17 +225,17 @@ def _children_cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def _timed(cmd: list[str], env: dict[str, str]) -> tuple[float, str]:
-    """Wall seconds of ``cmd``; its output's last line gets the CPU seconds of all its processes."""
+def _timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str]:
+    """Wall and CPU seconds (all its processes) of ``cmd``, and its output (the CPU seconds last)."""
     t0, c0 = time.perf_counter(), _children_cpu()
     res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     wall, cpu = time.perf_counter() - t0, _children_cpu() - c0
     if res.returncode not in (0, 1):
         sys.exit(f"{' '.join(cmd[:6])} ... failed ({res.returncode}):\n{res.stderr[-3000:]}")
-    return wall, f"{res.stdout.strip()}\n{cpu:.1f} s CPU"
+    return wall, cpu, f"{res.stdout.strip()}\n{cpu:.1f} s CPU"
 
 
-def run_baseline(names: list[str], env: dict[str, str], mode: str) -> tuple[float, str]:
+def run_baseline(names: list[str], env: dict[str, str], mode: str) -> tuple[float, float, str]:
     return _timed([sys.executable, __file__, "--baseline-child", "--baseline", mode, "--ops", ",".join(names)], env)
 
 
@@ -246,7 +250,7 @@ def prime_index(env: dict[str, str], caches: Path) -> None:
 
 
 def run_opmatrix(names: list[str], workers: int, env: dict[str, str], caches: Path, cold: bool,
-                 extra: list[str]) -> tuple[float, str]:
+                 extra: list[str]) -> tuple[float, float, str]:
     if cold:  # every cache but the name index: overloads, validated matrices, inductor
         for entry in caches.glob("*/*"):
             if entry.name != "opinfo":
@@ -256,11 +260,22 @@ def run_opmatrix(names: list[str], workers: int, env: dict[str, str], caches: Pa
     cmd = [sys.executable, "-m", "opmatrix", "probe", "--backend", "cpu", "--ops", ",".join(names),
            "--no-runtime", "--workers", str(workers), "--out", str(out), "--quiet", *extra]
     try:
-        wall, text = _timed(cmd, env)
+        wall, cpu, text = _timed(cmd, env)
     finally:
         shutil.rmtree(out, ignore_errors=True)
     lines = text.splitlines()  # the probe's summary line first, the CPU seconds last
-    return wall, f"{lines[0]}\n{lines[-1]}"
+    return wall, cpu, f"{lines[0]}\n{lines[-1]}"
+
+
+#: what both sides import before their first call: torch, OpInfo's database (which imports the
+#: compiler stack through ``common_device_type``) and dynamo (opmatrix's compile check)
+IMPORTS = ("import torch; from torch.testing._internal.common_methods_invocations import op_db; "
+           "import torch._dynamo; print(f'imports: {len(op_db)} OpInfo entries')")
+
+
+def run_imports(env: dict[str, str]) -> tuple[float, float, str]:
+    """The import cost alone (a floor under both sides' walls), measured beside them each round."""
+    return _timed([sys.executable, "-c", IMPORTS], env)
 
 
 def _load() -> str:
@@ -287,66 +302,105 @@ def main() -> None:
     ap.add_argument("--test-ops", type=Path, metavar="PATH",
                     help="also time PyTorch's own test/test_ops.py (a copy outside the repository; it is not in "
                     "the wheel) on the same tests each round, to calibrate the harness against it")
+    ap.add_argument("--no-imports", action="store_true", help="do not also time the imports alone each round")
+    ap.add_argument("--record", action="store_true", help="append a row to docs/benchmarks.md (bench/benchdoc.py)")
     ap.add_argument("--baseline-child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     names = [n.strip() for n in args.ops.split(",") if n.strip()]
     if args.baseline_child:
         baseline_child(names, args.baseline)
         return
+    from benchdoc import Run
+
+    bench = Run("bench_vs_opinfo")
     env = {k: v for k, v in os.environ.items() if k not in ("OPMATRIX_NO_CACHE",)}
     caches = Path(tempfile.mkdtemp(prefix="bench-opm-caches-"))
     if args.caches != "none":
         prime_index(env, caches)
     print(f"{len(names)} names, {args.rounds} round(s), caches {args.caches}, {os.cpu_count()} cores, "
           f"load {_load()}", flush=True)
-    lean = "unittest" if args.baseline == "pytest" and not args.no_lean else None
-    walls: dict[str, list[float]] = {"baseline": [], "lean": [], "test_ops": [], "opmatrix-1": [], "opmatrix-2": []}
-    tests = harness_tests(names) if args.baseline == "pytest" or args.test_ops else []
     try:
-        for r in range(args.rounds):
-            order = ["baseline", "lean", "test_ops", "opmatrix-1", "opmatrix-2"]
-            if r % 2:
-                order.reverse()  # interleave: neither side always runs first
-            for what in order:
-                if ((what == "opmatrix-2" and args.no_two) or (what == "lean" and lean is None)
-                        or (what == "test_ops" and args.test_ops is None)):
-                    continue
-                if what == "test_ops":
-                    wall, text = run_harness(tests, env, caches, args.test_ops.resolve())
-                elif what == "baseline" and args.baseline == "pytest":
-                    wall, text = run_harness(tests, env, caches)
-                elif what in ("baseline", "lean"):
-                    wall, text = run_baseline(names, env, lean if what == "lean" else args.baseline)
-                else:
-                    wall, text = run_opmatrix(names, int(what[-1]), env, caches, args.caches != "warm", args.probe_arg)
-                    if args.caches == "none":
-                        shutil.rmtree(caches / "opmatrix" / "opinfo", ignore_errors=True)
-                walls[what].append(wall)
-                lines = text.splitlines()
-                print(f"round {r + 1} {what:11s} {wall:7.1f} s wall {lines[-1]:>12}  load {_load()}  | {lines[-2]}",
-                      flush=True)
+        times = _rounds(args, names, env, caches)
     finally:
         shutil.rmtree(caches, ignore_errors=True)
-    base = statistics.median(walls["baseline"])
-    one = statistics.median(walls["opmatrix-1"])
+    figures = _summary(args, times)
+    if args.record:
+        bench.record(figures)
+    print(f"load {_load()}")
+    print(f"ratio {figures['ratio']}")
+
+
+def _rounds(args: argparse.Namespace, names: list[str], env: dict[str, str], caches: Path
+            ) -> dict[str, list[tuple[float, float]]]:
+    """Every round's runs, interleaved: (wall, CPU seconds) per kind of run."""
+    lean = "unittest" if args.baseline == "pytest" and not args.no_lean else None
+    times: dict[str, list[tuple[float, float]]] = {
+        k: [] for k in ("baseline", "lean", "test_ops", "imports", "opmatrix-1", "opmatrix-2")}
+    tests = harness_tests(names) if args.baseline == "pytest" or args.test_ops else []
+    skipped = {"opmatrix-2": args.no_two, "lean": lean is None, "test_ops": args.test_ops is None,
+               "imports": args.no_imports}
+    for r in range(args.rounds):
+        order = ["baseline", "lean", "test_ops", "imports", "opmatrix-1", "opmatrix-2"]
+        if r % 2:
+            order.reverse()  # interleave: neither side always runs first
+        for what in order:
+            if skipped.get(what):
+                continue
+            if what == "test_ops":
+                wall, cpu, text = run_harness(tests, env, caches, args.test_ops.resolve())
+            elif what == "baseline" and args.baseline == "pytest":
+                wall, cpu, text = run_harness(tests, env, caches)
+            elif what in ("baseline", "lean"):
+                wall, cpu, text = run_baseline(names, env, lean if what == "lean" else args.baseline)
+            elif what == "imports":
+                wall, cpu, text = run_imports(env)
+            else:
+                wall, cpu, text = run_opmatrix(names, int(what[-1]), env, caches, args.caches != "warm",
+                                               args.probe_arg)
+                if args.caches == "none":
+                    shutil.rmtree(caches / "opmatrix" / "opinfo", ignore_errors=True)
+            times[what].append((wall, cpu))
+            lines = text.splitlines()
+            print(f"round {r + 1} {what:11s} {wall:7.1f} s wall {lines[-1]:>12}  load {_load()}  | {lines[-2]}",
+                  flush=True)
+    return times
+
+
+def _summary(args: argparse.Namespace, times: dict[str, list[tuple[float, float]]]) -> dict[str, str]:
+    """Print the medians and ratios (wall, and CPU seconds: on a shared machine the fairer
+    figure); returns them as the figures of a benchmarks.md row, ``ratio`` the one-worker wall's."""
+    def med(what: str, i: int = 0) -> float:
+        return statistics.median(t[i] for t in times[what])
+
+    base, one, base_cpu, one_cpu = med("baseline"), med("opmatrix-1"), med("baseline", 1), med("opmatrix-1", 1)
+    figures = {"baseline": f"{base:.1f} s ({base_cpu:.1f} s CPU)",
+               "1 worker": f"{one:.1f} s ({one_cpu:.1f} s CPU)"}
     print(f"median baseline (test_dtypes, {args.baseline}) {base:.1f} s; opmatrix 1 worker {one:.1f} s "
           f"({one / base:.2f}x)", end="")
-    if walls["opmatrix-2"]:
-        two = statistics.median(walls["opmatrix-2"])
+    if times["opmatrix-2"]:
+        two = med("opmatrix-2")
+        figures["2 workers"] = f"{two:.1f} s ({med('opmatrix-2', 1):.1f} s CPU, {two / base:.2f}x)"
         print(f"; 2 workers {two:.1f} s ({two / base:.2f}x)")
     else:
         print()
-    if walls["lean"]:
-        bar = statistics.median(walls["lean"])
-        two_lean = f"; 2 workers {statistics.median(walls['opmatrix-2']) / bar:.2f}x" if walls["opmatrix-2"] else ""
+    print(f"CPU seconds: baseline {base_cpu:.1f}, opmatrix 1 worker {one_cpu:.1f} ({one_cpu / base_cpu:.2f}x)"
+          + (f", 2 workers {med('opmatrix-2', 1):.1f}" if times["opmatrix-2"] else ""))
+    if times["imports"]:
+        figures["imports"] = f"{med('imports'):.1f} s ({med('imports', 1):.1f} s CPU)"
+        print(f"imports alone (torch, OpInfo, dynamo; both sides pay them) {med('imports'):.1f} s wall, "
+              f"{med('imports', 1):.1f} s CPU")
+    if times["lean"]:
+        bar = med("lean")
+        two_lean = f"; 2 workers {med('opmatrix-2') / bar:.2f}x" if times["opmatrix-2"] else ""
         print(f"leaner bar (unittest, no pytest or device-type harness) {bar:.1f} s: 1 worker {one / bar:.2f}x{two_lean}")
-    if walls["test_ops"]:
-        own = statistics.median(walls["test_ops"])
-        two_own = f"; 2 workers {statistics.median(walls['opmatrix-2']) / own:.2f}x" if walls["opmatrix-2"] else ""
+    if times["test_ops"]:
+        own = med("test_ops")
+        two_own = f"; 2 workers {med('opmatrix-2') / own:.2f}x" if times["opmatrix-2"] else ""
         print(f"PyTorch's own test_ops.py {own:.1f} s: 1 worker {one / own:.2f}x{two_own}; "
               f"the harness baseline is {base / own:.2f}x of it")
-    print(f"load {_load()}")
-    print(f"ratio {one / base:.2f}")
+    figures["cpu ratio"] = f"{one_cpu / base_cpu:.2f}"
+    figures["ratio"] = f"{one / base:.2f}"
+    return figures
 
 
 if __name__ == "__main__":

@@ -103,6 +103,15 @@ def test_one_representative_sample_per_op_is_compiled_and_matches_eager(cpu):
     assert not [c for c in probe_task(cpu, "add", "int64").cells if c.mode is Mode.compile]
 
 
+def test_map_values_keeps_the_structure_and_maps_every_leaf() -> None:
+    from opmatrix.probes.ops.values import map_tensors
+
+    x = torch.ones(2)
+    values = (x, (x, 2, [x, None, torch.float32]), {"alpha": 2, "other": [x, (x,)]})
+    mapped = map_tensors(values, lambda t: "T")
+    assert mapped == ("T", ("T", 2, ["T", None, torch.float32]), {"alpha": 2, "other": ["T", ("T",)]})
+
+
 def test_int_dtype_compares_exactly_and_float_upcast_for_half(cpu):
     rec = probe_task(cpu, "mul", "int32")
     assert all(c.result.numerics and c.result.numerics.atol == 0 for c in rec.cells)

@@ -41,7 +41,9 @@ if __name__ == "__main__":
     tasks = make_tasks(8, units=2, sleep=0.3, pid_dir=sys.argv[2], faults={"t1": {"u0": "segv"}})
     # one worker at a time: every worker that starts runs a unit (the crash leaves work only it can
     # do), so which processes ran and where they came from never depends on how fast each started
-    s = run(tasks, command="runner test", backend="cpu", out_dir=sys.argv[1], workers=1, handlers=HANDLERS, progress=False)
+    workers = 2 if "two" in sys.argv[3:] else 1
+    s = run(tasks, command="runner test", backend="cpu", out_dir=sys.argv[1], workers=workers, handlers=HANDLERS,
+            progress=False)
     print(json.dumps({"probed": s.probed, "restarts": s.restarts, "pid": os.getpid(),
                       "server": forkserver._forkserver._forkserver_pid}))
 """
@@ -107,6 +109,16 @@ def test_a_zygote_started_early_serves_the_first_workers_too(tmp_path: Path) -> 
     summary, workers, loaded = _run(tmp_path, "early")
     assert summary["probed"] == 8 and summary["restarts"] >= 1 and len(workers) >= 2
     (zygote,) = set(workers.values())  # every worker, the first included, forked from it
+    assert zygote != summary["pid"] and zygote not in loaded and sorted(loaded) == sorted(workers)
+    assert summary["server"] is None
+
+
+def test_several_workers_fork_from_one_zygote_from_the_start(tmp_path: Path) -> None:
+    """Two workers: both first workers fork from one zygote (torch and the task kind's modules
+    imported once for both), and each still runs the backend autoload itself."""
+    summary, workers, loaded = _run(tmp_path, "two")
+    assert summary["probed"] == 8 and len(workers) >= 2
+    (zygote,) = set(workers.values())  # every worker, both first ones included, forked from it
     assert zygote != summary["pid"] and zygote not in loaded and sorted(loaded) == sorted(workers)
     assert summary["server"] is None
 

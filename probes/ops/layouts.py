@@ -113,12 +113,17 @@ def map_values(obj: T, fn: Callable[..., object], leaf: tuple[type, ...] = (torc
         return obj
     if isinstance(obj, leaf):
         return cast(T, fn(obj))
+    # a container's scalars and leaves are handled in place, without a call each (most samples
+    # are a tensor, a tuple of tensors and scalars, a dict of scalars: the calls were most of it)
     if isinstance(obj, tuple):
-        return cast(T, tuple(map_values(o, fn, leaf) for o in obj))
+        return cast(T, tuple([o if type(o) in _ATOMS else fn(o) if isinstance(o, leaf) else map_values(o, fn, leaf)
+                              for o in obj]))
     if isinstance(obj, list):
-        return cast(T, [map_values(o, fn, leaf) for o in obj])
+        return cast(T, [o if type(o) in _ATOMS else fn(o) if isinstance(o, leaf) else map_values(o, fn, leaf)
+                        for o in obj])
     if isinstance(obj, dict):
-        return cast(T, {k: map_values(v, fn, leaf) for k, v in obj.items()})
+        return cast(T, {k: v if type(v) in _ATOMS else fn(v) if isinstance(v, leaf) else map_values(v, fn, leaf)
+                        for k, v in obj.items()})
     return obj
 
 

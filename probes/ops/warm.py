@@ -10,6 +10,8 @@ OpInfo's name index, which a first run's orchestrator asks the zygote for instea
 
 from __future__ import annotations
 
+import gc
+
 import torch._dynamo  # noqa: F401
 import torch._functorch.aot_autograd  # noqa: F401
 from torch.testing._internal.common_methods_invocations import op_db  # noqa: F401
@@ -18,3 +20,4 @@ from . import engine  # noqa: F401
 from .source import all_ops
 
 all_ops()  # OpInfo's name index (a first run's orchestrator asks the zygote for it), cached on disk
+gc.freeze()  # as the preload does (:mod:`opmatrix.probes.runner.preload`): kept out of collections

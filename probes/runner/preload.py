@@ -29,8 +29,14 @@ finally:
 #: whether this import skipped torch's device-backend autoload, which each worker then runs
 AUTOLOAD_DEFERRED = True
 
+import gc  # noqa: E402
+
 import opmatrix.backend.registry  # noqa: E402,F401
 import opmatrix.probes.runner.worker  # noqa: E402,F401
+
+# what the imports made lives as long as the server and its children: collections skip it, so a
+# forked worker's collections do not write to (and so copy) the pages it shares with the server
+gc.freeze()
 
 
 def load_deferred_backends() -> None:

@@ -118,10 +118,11 @@ class Run:
             backend=self.backend, generation=self.generation, log_path=str(where / f"w{slot}.log"),
             board_path=str(where / f"w{slot}.unit"), carry_path=str(where / f"w{slot}.carry"), parent_pid=os.getpid(),
             handlers=self.handlers, kinds=self.kinds, device_plan=self.devices.plan, threads=self.threads,
-            options=self.options, env=dict(os.environ),
-        )
+            options=self.options, env=dict(os.environ))
+        # several workers fork from one zygote: torch and OpInfo are imported once for all of them
+        fork = self.summary.restarts > 0 or zygote.running() or self.n_workers > 1
         try:
-            handle = self.executor.spawn(slot, spec, replacement=self.summary.restarts > 0 or zygote.running())
+            handle = self.executor.spawn(slot, spec, replacement=fork)
         except OSError as exc:  # no process could be made (no memory, no pids): a failed start, counted
             return self._failed_start(f"could not start: {exc}")
         handle.deadline = time.monotonic() + self.grace  # torch import + backend setup
@@ -219,6 +220,7 @@ class Run:
             return  # a late message about a task this worker no longer owns
         elif isinstance(msg, Done):
             handle.job, handle.unit, handle.deadline = None, None, float("inf")
+            self._assign()  # the worker's next task first: it runs while this record is parsed and journaled
             try:  # parsed once: a model from here to the journal; one that is none is the task's error
                 record = parse_record(json.loads(msg.record), f"worker {handle.slot}'s record of task {job.task.id}")
             except (ValueError, ArtifactError) as exc:

@@ -13,10 +13,14 @@ initialise its runtime while OpInfo's import asks about devices, so all its work
 spawned, as everywhere without a forkserver or with ``OPMATRIX_WORKER_START=spawn``
 (``fork`` forks every worker from the zygote, the first ones too).
 
-Why not the first workers: a forked worker writes to the pages it shares with the zygote (every
-object it touches has its reference count changed), and copying them cost about 0.5 s more than
-spawning on a 10-operator probe; the imports sit on the critical path either way. A replacement,
-by contrast, forks in a fraction of a second instead of importing for 4 s.
+Why not the first worker of a one-worker run: a forked worker writes to the pages it shares with
+the zygote (every object it touches has its reference count changed), and copying them cost
+about 0.5 s more than spawning on a 10-operator probe; the imports sit on the critical path
+either way. A replacement, by contrast, forks in a fraction of a second instead of importing for
+4 s, and so do the first workers of a run with several (the runner asks for them as
+replacements): one import for all of them instead of one each, 2 s of CPU less per extra worker
+on the 40 names of the speed bench, which a loaded machine feels. The server freezes what it
+imported (``gc.freeze``), so a forked worker's collections leave those pages alone.
 
 A first run (OpInfo's name index not yet cached) starts the server before it plans
 (:func:`start_early`) and asks it for the index (:func:`ask`: a child forked from the server,
