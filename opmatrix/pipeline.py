@@ -124,7 +124,11 @@ def _report(plan: Any, summary: Any, matrix: Any) -> int:
         print(f"{who}: no operator, runtime or workload task in this run")
     if faults:
         print("faulted cells: " + ", ".join(f"{k} {v}" for k, v in faults.items()))
+    from opmatrix.matrix.notrun import not_run_lines
     from opmatrix.probes.workloads.cli import summary_lines
+
+    for line in not_run_lines(matrix.not_run):  # the same facts, in the same words, as the site and the gate
+        print(line)
 
     for line in summary_lines(matrix.workloads):
         print(line)
