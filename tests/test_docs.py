@@ -119,3 +119,20 @@ def test_docs_site_builds_strictly_and_loads_nothing_remote(tmp_path: Path) -> N
     assert done.returncode == 0, done.stderr[-2000:]
     assert (tmp_path / "site" / "install" / "index.html").exists()
     assert list(_offline_docs().remote_loads(tmp_path / "site")) == []
+
+
+def test_readme_tour_probes_gates_and_reports_one_matrix() -> None:
+    """The tour (as bench/bench_tour.py reads it) is a short probe, then gate --json, then report
+    --gate of that JSON, all on the matrix the probe wrote, against a contract that exists"""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import bench_tour
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    probe, gate, report = bench_tour.tour_commands()
+    assert [c[1] for c in (probe, gate, report)] == ["probe", "gate", "report"]
+    out = probe[probe.index("--out") + 1]
+    matrix = f"{out}/matrix.yaml"
+    assert len(probe[probe.index("--ops") + 1].split(",")) <= 4 and "--dtypes" in probe  # quick and telling
+    assert gate[gate.index("--matrix") + 1] == matrix and (ROOT / gate[gate.index("--contract") + 1]).is_file()
+    assert report[2] == matrix and report[report.index("--gate") + 1] == gate[gate.index("--json") + 1]

@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from opmatrix.schema.text import cut
+
 from .children import WORK_RESULT, ChildResult, describe_exit, run_forked, run_started, work
 from .context import HOST_DEVICES, NO_VALUE_DEVICES
 from .initfail import INIT_FAULT_MODES, classify_init_failure
@@ -298,7 +300,7 @@ def case_init_messages(env: CaseEnv) -> Verdict:
         if cause.cause != mode.expect:
             problems.append(f"{mode.mode}: message names {cause.title!r}, expected {mode.expect}: {res.message}")
         else:
-            seen.append(f"{mode.mode} -> {cause.title}: {res.message[:160]}")
+            seen.append(f"{mode.mode} -> {cause.title}: {cut(res.message, 200)}")  # a cut says so: …
     if problems:
         return failed("; ".join(problems), "each initialisation failure must say what failed: driver version, "
                       "device busy, reset, missing firmware")
