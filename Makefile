@@ -58,9 +58,11 @@ test: setup browser-deps
 test-cluster: setup
 	$(PY) -m pytest -q -m cluster
 
-# The user docs (docs/, mkdocs.yml), built strictly into site-docs/.
+# The user docs (docs/, mkdocs.yml), built strictly into site-docs/, then checked to load nothing from
+# another host (no web fonts, no CDN scripts): an air-gapped lab reads them.
 docs: setup
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict -q -d site-docs
+	$(PY) bench/offline_docs.py site-docs
 
 # The inner loop: no slow end-to-end tests, no browser (nothing installed on the system).
 test-fast: setup

@@ -3,6 +3,7 @@
 # probe both refaccel generations -> matrices -> key findings -> gate -> diff -> HTML site.
 # Only what the story needs: the operators and dtypes the release contracts name (ci/contracts/).
 # Nothing is cut silently: long listings go to files, and the screen says where and how long.
+# Each probe shows its progress and ETA (a bar on a terminal, a line every 10 s in a log): never silent.
 # Usage: bench/demo.sh OPMATRIX OUTDIR   (DEMO_OPS / DEMO_DTYPES override the lists for a quick smoke run)
 set -euo pipefail
 OPM=${1:-opmatrix}; OUT=${2:-out}
@@ -21,7 +22,7 @@ SUITES=runtime,ops$([ "$WORKLOADS" = none ] || echo ,workloads)
 for gen in g1 g2; do
   echo "== probe refaccel $gen ($OPS x $DTYPES; workloads: $WORKLOADS)"
   "$OPM" probe --backend refaccel --generation "$gen" --ops "$OPS" --dtypes "$DTYPES" --suites "$SUITES" \
-    $([ "$WORKLOADS" = none ] || echo --workloads "$WORKLOADS") --out "$OUT/refaccel-$gen" --quiet
+    $([ "$WORKLOADS" = none ] || echo --workloads "$WORKLOADS") --out "$OUT/refaccel-$gen"
 done
 echo
 echo "== KEY FINDINGS (from the matrices)"

@@ -18,6 +18,7 @@ import os
 import sys
 from pathlib import Path
 
+from opmatrix.matrix.notrun import not_run_lines
 from opmatrix.schema import ArtifactError, Matrix, load_contract, load_matrix
 from opmatrix.schema.files import refuse_inputs_as_outputs, refuse_unwritable, write_output
 from opmatrix.schema.gate import GateCheck, Status
@@ -116,4 +117,6 @@ def gate(args: GateOptions) -> int:
         if args.json:
             write_output(args.json, json_text)
         sys.stdout.write(terminal_text(render_verdict(result)))
+        for line in not_run_lines(matrix.not_run if matrix is not None else {}):  # what no requirement saw, as probe says it
+            print(terminal_text(line))
     return 0 if result.passed else 1

@@ -2,15 +2,18 @@
 
 The markdown puts the verdict first, then what blocks (each with its deciding cells), then the
 requirement table, then what is only informative: improvements with the contract lines to add,
-stale waivers, cells better than the baseline, flaky cells::
+stale waivers, cells better than the baseline, flaky cells. What blocks is said as the site's banner
+says it: grouped, worst first (:func:`opmatrix.matrix.reasons.gate_reasons`), then every cell::
 
     ## ❌ opmatrix gate: BLOCKED (refaccel g1, release 2.1, level 2 promised)
-    ### Blocking (3)
-    - `L2.compute`: aten.mm.default bfloat16 rank 2 contiguous eager: path rejected ...
+    ### Blocking (2), worst first
+    - L2.ops: mul.Tensor gives wrong values for float32 noncontiguous input
+    - L2.ops: mm is rejected for bfloat16
 """
 
 from __future__ import annotations
 
+from opmatrix.matrix.reasons import gate_reasons
 from opmatrix.schema.gate import CellRef, CellStatus, GateCheck, GateResult, RequirementResult, Status, WaiverState
 
 __all__ = ["blocking_lines", "render_markdown", "render_verdict"]
@@ -47,10 +50,15 @@ def render_markdown(result: GateResult) -> str:
     base = f", baseline {result.baseline_cell_count}" if result.baseline_cell_count is not None else ""
     out.append(f"{result.cell_count} probed cells{base}; waivers evaluated as of {result.today}.")
     out.append("")
-    if result.blocking:
-        out += [f"### Blocking ({len(result.blocking)})", ""]
-        out += _capped([f"- {line}" for line in result.blocking])
+    reasons = gate_reasons(result)
+    if reasons:
+        out += [f"### Blocking ({len(reasons)}), worst first", ""]
+        out += _capped([f"- {line}" for line in reasons])
         out.append("")
+    if result.blocking:
+        out += [f"<details><summary>The blocking lines, one per failing cell ({_failing_cells(result)} cells)</summary>", ""]
+        out += _capped([f"- {line}" for line in result.blocking])
+        out += ["", "</details>", ""]
     out += ["### Requirements", "", "| requirement | level | result | detail |", "|---|---|---|---|"]
     for r in result.requirements:
         out.append(f"| `{r.id}` {r.title} | {r.level} | {_mark(r)} | {r.message.replace('|', '/')} |")
@@ -91,6 +99,12 @@ def render_markdown(result: GateResult) -> str:
     return "\n".join(out) + "\n"
 
 
+def _failing_cells(result: GateResult) -> int:
+    """The failing cells behind the blocking reasons (blocking requirements' and unwaived regressions')."""
+    cells = sum(1 for r in result.requirements if r.blocks for c in r.cells if c.status is CellStatus.failed)
+    return cells + sum(1 for ch in result.regressions if ch.cell.status is CellStatus.failed)
+
+
 def render_verdict(result: GateResult, max_lines: int = 40) -> str:
     """The plain-text verdict ``opmatrix gate`` prints."""
     word = "PASS" if result.passed else "BLOCKED"
@@ -99,11 +113,14 @@ def render_verdict(result: GateResult, max_lines: int = 40) -> str:
         lines.append(f"  {str(r.status):7} {'' if r.blocking else '(info) '}{r.id}: {r.message}")
     for c in result.checks:
         lines.append(f"  {str(c.status):7} gate {c.name}: {c.message}")
-    if result.blocking:
-        lines.append(f"blocking ({len(result.blocking)}):")
-        lines += [f"  - {line}" for line in result.blocking[:max_lines]]
-        if len(result.blocking) > max_lines:
-            lines.append(f"  ... and {len(result.blocking) - max_lines} more (see --summary / --json)")
+    reasons = gate_reasons(result)
+    if reasons:
+        cells = _failing_cells(result)
+        each = f", {cells} failing cell{'s' if cells != 1 else ''}: --summary / --json list each" if cells else ""
+        lines.append(f"blocking, worst first ({len(reasons)} reason{'s' if len(reasons) != 1 else ''}{each}):")
+        lines += [f"  - {line}" for line in reasons[:max_lines]]
+        if len(reasons) > max_lines:
+            lines.append(f"  ... and {len(reasons) - max_lines} more (see --summary / --json)")
     if result.improvements:
         lines.append(f"improvements: {sum(i.cells for i in result.improvements)} working cells no requirement "
                      "claims (the summary lists the contract lines to add)")

@@ -37,6 +37,7 @@ from .contract_line import contract_line
 from .diff import diff_matrices
 from .headline import headline
 from .keys import parse_dtype, parse_layout
+from .notrun import not_run_for
 from .options import DiffOptions, QueryOptions
 from .query import MatrixIndex, UnknownOperatorError
 
@@ -131,12 +132,16 @@ def query(args: QueryOptions) -> int:
     cell = {"op": op, "dtype": dtype, "rank": args.rank, "layout": layout or "contiguous", "mode": args.mode}
     if args.mode == "compile":
         cell["shapes"] = args.shapes
+    unseen = [g.line() for g in not_run_for(m.model.not_run, op, dtype)]  # the probe's own words
     if args.json:
-        print(dumps_json({**cell, "args": values, **answer.to_dict()}, sort_keys=True))
+        print(dumps_json({**cell, "args": values, **answer.to_dict(), **({"not_run": unseen} if unseen else {})},
+                         sort_keys=True))
     else:
         where = " ".join(str(v) for v in cell.values())
         given = f" with {', '.join(f'{k}={v}' for k, v in values.items())}" if values else ""
         print(f"{where}{given}: {answer.summary()}")
+        for line in unseen:
+            print(f"not run (no cells, not counted): {line}")
     return 0
 
 
@@ -177,6 +182,8 @@ def _print_entries(m: MatrixIndex, op: str, dtype: str | None, rank: int | None,
             f"{e.mode.value}{_shapes(e)}{conds}: {e.path.value} ({e.outcome.value}), {e.samples.passed}/"
             f"{e.samples.probed} samples{_extended(e)}"
         )
+    for group in not_run_for(m.model.not_run, op, dtype):
+        print(f"not run (no cells, not counted): {group.line()}")
     return 0
 
 

@@ -17,8 +17,9 @@ import argparse
 import importlib
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
+from opmatrix.parsing import CliParser
 from opmatrix.schema.options import Options, option_fields, split_list
 
 if TYPE_CHECKING:
@@ -44,13 +45,6 @@ HANDLERS: dict[str, str] = {
 
 
 from opmatrix.schema.io import UsageError  # noqa: E402 - re-exported: handlers raise it for exit 2
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse, with a usage error on one line naming the option (and where to read more)."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
 def add_options(parser: argparse.ArgumentParser, cls: type[Options]) -> None:
@@ -95,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every verb, built from the options each verb declares."""
     from opmatrix.options import COMMANDS
 
-    parser = _Parser(
+    parser = CliParser(
         prog="opmatrix",
         description="Probe a PyTorch accelerator backend operator by operator, build its support "
         "matrix, render docs, answer capability queries and gate releases.",

@@ -157,7 +157,11 @@ def _report(plan: Any, summary: Any, matrix: Any) -> int:
             print(f"  reproduce: {line}")
         if len(summary.reproduce) > len(shown):
             print(f"  ... {len(summary.reproduce) - len(shown)} more faulted tasks: see their cells' notes in the matrix")
+    from opmatrix.matrix.notrun import not_run_lines
     from opmatrix.probes.workloads.cli import summary_lines
+
+    for line in not_run_lines(matrix.not_run):  # the same facts, in the same words, as the site and the gate
+        print(line)
 
     for line in summary_lines(matrix.workloads):
         print(line)

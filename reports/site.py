@@ -23,6 +23,7 @@ import jinja2
 from markupsafe import Markup
 
 from opmatrix.matrix.contract_line import contract_line
+from opmatrix.matrix.notrun import not_run_groups
 from opmatrix.schema import ExecPath, Matrix
 from opmatrix.schema.conditions import describe
 
@@ -148,6 +149,7 @@ def render_site(
         rows=grid_rows(matrix, dtypes, pages),
         gate=gate,
         ops_dir=OPS_DIR,
+        not_run=not_run_groups(matrix.not_run),
     )
     files.add("index.html", index)
 

@@ -24,7 +24,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, ConfigDict, Field
 
 from .base import Message, Model
-from .enums import CheckResult, DType, FallbackState, FaultScope, Mode, Outcome, TextEnum
+from .enums import CheckResult, DType, FallbackState, FaultOutcome, FaultScope, Mode, Outcome, TextEnum
 
 __all__ = ["WorkloadStep", "StepResult", "HostFallback", "CompileCache", "CompileStats", "WorkloadResult", "WorkloadRecord",
            "WorkloadRequirement", "WorkloadList"]
@@ -42,6 +42,10 @@ class WorkloadStep(TextEnum):
     dynamic_shapes = "dynamic_shapes"
     mutation = "mutation"
     custom_op = "custom_op"
+
+
+#: the steps a workload requirement asks for unless it names others (and that a run's headline judges)
+GATED_STEPS = (WorkloadStep.to_device, WorkloadStep.inference)
 
 
 class StepResult(Model):
@@ -125,10 +129,22 @@ class WorkloadResult(Model):
         return (self.workload, self.dtype.value, self.mode.value)
 
     def headline(self) -> str:
-        """The outcome as shown: ``rejected`` for a run with no fault whose backend refused a step."""
-        if self.outcome is Outcome.ok and any(s.rejected for s in self.steps.values()):
-            return "rejected"
-        return self.outcome.value
+        """The word shown for the run: the verdict the gate gives it under a contract's default steps
+        (:data:`GATED_STEPS`). A worker fault is the run's word; else the first gated step that did
+        not pass gives it (``rejected`` for a clean refusal, else its outcome); a run whose gated steps
+        all passed reads ``ok`` whatever a later step did (those steps are listed beside the word)."""
+        fault = self.outcome.fault
+        if (fault is not None and fault is not FaultOutcome.error) or self.error:
+            return self.outcome.value
+        for step in GATED_STEPS:
+            r = self.steps.get(step)
+            if r is None:
+                return self.outcome.value if self.outcome is not Outcome.ok else "not run"
+            if r.result is not CheckResult.passed:
+                if r.rejected:
+                    return "rejected"
+                return (r.outcome if r.outcome is not Outcome.ok else self.outcome).value
+        return Outcome.ok.value
 
     def failed_steps(self) -> list[str]:
         """Steps that did not pass, as ``step: evidence``."""
@@ -153,7 +169,7 @@ class WorkloadRequirement(Model):
     dtypes: list[DType] = Field(default_factory=lambda: [DType("float32")])
     mode: Mode = Mode.eager
     steps: list[WorkloadStep] = Field(
-        default_factory=lambda: [WorkloadStep.to_device, WorkloadStep.inference],
+        default_factory=lambda: list(GATED_STEPS),
         description="steps that must pass (compiled == eager is the inference step in compile mode)",
     )
     rtol: float | None = Field(default=None, ge=0, description="overrides each workload's own tolerance")

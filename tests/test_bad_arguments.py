@@ -93,6 +93,13 @@ CASES = [
     (["explain", MATRIX, "mlp", "--dtype", "int8"], "opmatrix explain: argument --dtype: invalid choice"),
     (["report", MATRIX, "--gate", ""], "--gate: empty"),
     (["merge", "/nonexistent/journal.jsonl"], "opmatrix merge: the following arguments are required: --out"),
+    # typos: the mistyped word is named (before the option it was meant to be is missed) with the nearest spelling
+    (["probe", "--backed", "refaccel", "--ops", "add"],
+     "opmatrix probe: unknown option --backed; did you mean --backend? (see opmatrix probe --help)"),
+    (["probe", "--backend", "cpu", "--wrkers=2"], "opmatrix probe: unknown option --wrkers; did you mean --workers?"),
+    (["gate", "--matrx", MATRIX, "--contract", "c.yaml"], "opmatrix gate: unknown option --matrx; did you mean --matrix?"),
+    (["probe", "--backend", "cpu", "--zzzzzz"], "opmatrix probe: unknown option --zzzzzz (see opmatrix probe --help)"),
+    (["prob", "--backend", "cpu"], "opmatrix: unknown command 'prob'; did you mean 'probe'? (see opmatrix --help)"),
 ]
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -102,3 +105,52 @@ def test_contract_field_examples_are_generated_and_show_each_field() -> None:
     for field in ("ranks: {min: 2, max: 5}", "dynamic_shapes: true", "fallback: forbidden_in_perf",
                   "accumulation: float32", "L2.ops.sum: pass"):
         assert field in block, field
+
+
+def _offline_docs() -> Any:
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import offline_docs
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    return offline_docs
+
+
+def test_offline_check_finds_remote_loads_but_not_links(tmp_path: Path) -> None:
+    """a web font, a CDN script or a remote CSS import is found; a plain link or a data: URI is not"""
+    (tmp_path / "a.html").write_text(
+        '<link rel="preconnect" href="https://fonts.gstatic.com" crossorigin>'
+        '<script src="//cdn.example.org/x.js"></script><a href="https://example.org/">a link</a>', encoding="utf-8")
+    (tmp_path / "s.css").write_text(
+        "@import url('https://fonts.googleapis.com/css?family=Roboto');"
+        ".i{background:url(\"data:image/svg+xml,<svg xmlns='http://www.w3.org/2000/svg'/>\")}", encoding="utf-8")
+    found = list(_offline_docs().remote_loads(tmp_path))
+    assert found == [("a.html", "https://fonts.gstatic.com"), ("a.html", "//cdn.example.org/x.js"),
+                     ("s.css", "https://fonts.googleapis.com/css?family=Roboto")]
+
+
+@pytest.mark.slow
+def test_docs_site_builds_strictly_and_loads_nothing_remote(tmp_path: Path) -> None:
+    """mkdocs --strict builds the docs, and no page fetches a font, script or style from another host"""
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(tmp_path / "site")],
+                          cwd=ROOT, capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "site" / "install" / "index.html").exists()
+    assert list(_offline_docs().remote_loads(tmp_path / "site")) == []
+
+
+def test_readme_tour_probes_gates_and_reports_one_matrix() -> None:
+    """The tour (as bench/bench_tour.py reads it) is a short probe, then gate --json, then report
+    --gate of that JSON, all on the matrix the probe wrote, against a contract that exists"""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import bench_tour
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    probe, gate, report = bench_tour.tour_commands()
+    assert [c[1] for c in (probe, gate, report)] == ["probe", "gate", "report"]
+    out = probe[probe.index("--out") + 1]
+    matrix = f"{out}/matrix.yaml"
+    assert len(probe[probe.index("--ops") + 1].split(",")) <= 4 and "--dtypes" in probe  # quick and telling
+    assert gate[gate.index("--matrix") + 1] == matrix and (ROOT / gate[gate.index("--contract") + 1]).is_file()
+    assert report[2] == matrix and report[report.index("--gate") + 1] == gate[gate.index("--json") + 1]

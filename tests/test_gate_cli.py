@@ -34,12 +34,17 @@ def test_gate_passes_and_writes_outputs(tmp_path: Path) -> None:
 
 
 def test_gate_blocks_g1_naming_cells(tmp_path: Path) -> None:
-    """g1 is blocked: exit 1, stdout names the bf16 and the wrong-values cells."""
+    """g1 is blocked: exit 1, stdout says what blocks grouped, wrong values first; the summary has each cell."""
     m = _write(tmp_path, "g1.yaml", g1_matrix())
-    out = run_cli("gate", "--matrix", m, "--contract", str(CONTRACTS / "refaccel-g1.yaml"))
+    out = run_cli("gate", "--matrix", m, "--contract", str(CONTRACTS / "refaccel-g1.yaml"),
+                  "--summary", str(tmp_path / "s.md"))
     assert out.returncode == 1, out.stdout + out.stderr
-    assert "L2.ops.float-compute: aten.add.Tensor bfloat16 rank 0 contiguous eager: path rejected" in out.stdout
-    assert "L2.ops.strided-inputs: aten.mul.Tensor float32 rank 1 noncontiguous eager: outcome wrong" in out.stdout
+    said = out.stdout.split("blocking, worst first (4 reasons, 32 failing cells")[1].splitlines()[1:5]
+    assert said[0] == "  - L2.ops.strided-inputs: mul.Tensor gives wrong values for float32 noncontiguous input"
+    assert said[1].startswith("  - L2.ops.float-compute: add.Tensor, addmm, bmm, mm, … (7 in all) are rejected for bfloat16")
+    summary = (tmp_path / "s.md").read_text(encoding="utf-8")
+    assert "L2.ops.float-compute: aten.add.Tensor bfloat16 rank 0 contiguous eager: path rejected" in summary
+    assert "L2.ops.strided-inputs: aten.mul.Tensor float32 rank 1 noncontiguous eager: outcome wrong" in summary
 
 
 def test_a_matrix_and_contract_of_different_backends_are_a_usage_error(tmp_path: Path) -> None:

@@ -80,9 +80,31 @@ def test_json_round_trip() -> None:
     assert GateResult.model_validate_json(result.model_dump_json()) == result
 
 
-def test_printed_verdict_names_blocking_cells() -> None:
-    """The stdout verdict lists every requirement and the blocking cells."""
+def test_printed_verdict_names_what_blocks() -> None:
+    """The stdout verdict lists every requirement and what blocks, grouped (the cells are in the summary)."""
     text = render_verdict(_blocked())
     assert text.splitlines()[0] == "opmatrix gate: BLOCKED (refaccel g2, release 2.1, level 2 promised)"
-    assert "  - L2.ops.mm: aten.mm.default bfloat16 rank 2 contiguous eager: path rejected is worse than composite" in text
+    assert "blocking, worst first (1 reason, 1 failing cell: --summary / --json list each):\n" \
+           "  - L2.ops.mm: mm is rejected for bfloat16\n" in text
     assert "stale waivers: #0 (aten.softmax.*)" in text
+    summary = render_markdown(_blocked())
+    assert "- L2.ops.mm: aten.mm.default bfloat16 rank 2 contiguous eager: path rejected is worse than composite" in summary
+
+
+def test_gate_and_site_say_what_blocks_in_one_order_worst_first() -> None:
+    """Wrong values lead (the worst finding), one line per group not per cell, in the CLI, the markdown
+    summary and the site's banner alike"""
+    from opmatrix.reports.verdict import verdict_view
+
+    ops = {"aten.mm.default": [entry(("bfloat16", "float16"), (1, 3), path="rejected")],
+           "aten.add.Tensor": [entry(("float32",), (1, 3), outcome="wrong")]}
+    reqs = [op_req(["aten.mm.default"], ("bfloat16", "float16"), name="mm"),
+            op_req(["aten.add.Tensor"], ("float32",), name="add")]
+    result = evaluate_contract(matrix(ops), contract(reqs), today=TODAY)
+    printed = render_verdict(result).split("blocking, worst first (2 reasons, 9 failing cells")[1].splitlines()[1:3]
+    assert printed == ["  - L2.ops.add: add.Tensor gives wrong values for float32",
+                       "  - L2.ops.mm: mm is rejected for bfloat16, float16"]
+    banner = verdict_view(result).reasons
+    assert [f"  - {line}" for line in banner[:2]] == printed
+    markdown = render_markdown(result)
+    assert markdown.index("- L2.ops.add: add.Tensor gives wrong") < markdown.index("- L2.ops.mm: mm is rejected")

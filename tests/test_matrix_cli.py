@@ -181,3 +181,21 @@ def test_merge_fills_a_builtin_backend_identity_from_the_registry(tmp_path: Path
     m = load_matrix(tmp_path / "o" / "matrix.yaml")
     assert (m.backend.device_type, m.backend.dispatch_key) == ("cpu", "CPU")
     assert "journals carried no evidence block" in str(m.evidence.extra["note"])
+
+
+def test_query_says_what_was_not_run_for_the_op_with_its_reason(capsys: pytest.CaptureFixture[str],
+                                                               example_matrix_path: Path, tmp_path: Path):
+    """A query of softmax at float16 names the softmax units that never ran and why, as probe and
+    the site do; another op's or another dtype's units are not named"""
+    reason = "not run: OpInfo's sample generation raised after 2 samples (RuntimeError: boom)"
+    m = load_matrix(example_matrix_path).model_copy(update={"not_run": {
+        "softmax.with_dtype|float16 samples after #1": reason, "bmm|float16 samples after #1": reason,
+        "softmax|float32 samples after #1": reason}})
+    path = tmp_path / "m.yaml"
+    dump_model(m, path)
+    assert main(["query", str(path), "aten.softmax.int", "--dtype", "float16", "--rank", "3"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1:] == ["not run (no cells, not counted): 1 unit of softmax.with_dtype (float16): "
+                       "OpInfo's sample generation raised after 2 samples (RuntimeError: boom)"]
+    assert _query(capsys, str(path), "aten.softmax.int", "--dtype", "float16", "--rank", "3")["not_run"] == [out[1].split(": ", 1)[1]]
+    assert "not_run" not in _query(capsys, str(path), "aten.softmax.int", "--dtype", "bfloat16", "--rank", "3")

@@ -329,3 +329,49 @@ def test_units_not_run_are_listed_with_their_reason(site: Path, hostile_matrix: 
     index = (site / "index.html").read_text()
     assert hostile_matrix.not_run and f'<b id="n-not-run">{len(hostile_matrix.not_run)}</b>' in index
     assert 'id="not-run"' in index and "crashed the worker in unit 3/contiguous/eager" in index
+
+
+def _sample_generation_reason() -> str:
+    """The reason the probe records for OpInfo bmm.triton_optimized at int32: its sample generation
+    raises after two samples (torch 2.13), from the real OpInfo through the probe's own code."""
+    import torch
+
+    from opmatrix.probes.ops.source import generate_samples, select_ops
+
+    (entry,) = [e for e in select_ops(["bmm"]) if e.full_name == "bmm.triton_optimized"]
+    said: list[str] = []
+    generate_samples(entry, torch.int32, partial=said)
+    assert said and said[0].startswith("OpInfo's sample generation raised after 2 samples (RuntimeError"), said
+    return f"not run: {said[0]}"
+
+
+def test_units_not_run_say_their_true_cause_everywhere(tmp_path: Path):
+    """Units that OpInfo's sample generation never yielded are not blamed on a fault: the site (no
+    alarm), the probe's and gate's lines and a query of the op say the same reason; a fault's units
+    are an alarm and say which unit faulted."""
+    from opmatrix.matrix.notrun import NotRunCause, not_run_groups, not_run_lines
+    from opmatrix.probes.ops.faults import SkipPlan
+    from opmatrix.probes.runner.task import Skip
+    from opmatrix.schema import UnitId
+
+    base = synthetic_matrix(n_ops=4, seed=3)
+    reason = _sample_generation_reason()
+    samples_only = base.model_copy(update={"not_run": {f"bmm.triton_optimized|{d} samples after #1": reason
+                                                       for d in ("int32", "int64")}})
+    render_site(samples_only, tmp_path / "s", command="opmatrix report m.yaml --out s")
+    index = (tmp_path / "s" / "index.html").read_text()
+    assert '<li class=""><b id="n-not-run">2</b>' in index  # counted, not an alarm
+    assert "earlier fault" not in index and "OpInfo&#39;s sample generation raised after 2 samples" in index
+    lines = not_run_lines(samples_only.not_run)
+    assert lines[0] == "2 units not run (OpInfo's sample generation raised before yielding them: 2): no cells, never counted as probed"
+    assert lines[1].startswith("  - 2 units of bmm.triton_optimized (int32, int64): OpInfo's sample generation raised after 2")
+
+    plan = SkipPlan.from_runner({"0/contiguous/eager": Skip("crashed", "SIGSEGV")}, None)
+    for uid in ("0/contiguous/eager", "0/transposed/eager"):
+        plan.decide(UnitId.parse(uid))
+    faulted = {f"mul|float32 {k}": v for k, v in plan.not_run.items()}
+    groups = not_run_groups({**samples_only.not_run, **faulted})
+    assert [g.cause for g in groups] == [NotRunCause.fault, NotRunCause.samples]  # the fault leads
+    render_site(base.model_copy(update={"not_run": faulted}), tmp_path / "f", command="opmatrix report m.yaml --out f")
+    index = (tmp_path / "f" / "index.html").read_text()
+    assert '<li class="alarm"><b id="n-not-run">1</b>' in index and "crashed the worker in unit 0/contiguous/eager" in index

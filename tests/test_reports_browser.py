@@ -414,3 +414,64 @@ def test_perf_chart_draws_an_interval_per_compared_record(page: Watched, judged_
     assert "new: no baseline record" in page.page.inner_text('#perf-table tr[data-id="op.new.eager.float32"]')
     _shot(page, "report-perf.png")
     page.clean()
+
+
+#: one-word cells that render on more than one line, and tables whose header covers their first row
+_TABLES_READ = """() => {
+  const broken = [];
+  for (const c of document.querySelectorAll('table td, table th')) {
+    const t = (c.innerText || '').trim();
+    if (!t || /\\s/.test(t)) continue;
+    const els = [c, ...c.querySelectorAll('*')];
+    if (els.some(e => getComputedStyle(e).writingMode.startsWith('vertical'))) continue;  // the grid's rotated heads
+    const s = getComputedStyle(c);
+    const line = parseFloat(s.lineHeight) || 1.2 * parseFloat(s.fontSize);
+    const r = document.createRange(); r.selectNodeContents(c);
+    if (r.getBoundingClientRect().height > 1.6 * line) broken.push(t);  // a second line (a superscript is not one)
+  }
+  const covered = [];
+  for (const tb of document.querySelectorAll('table')) {
+    const th = tb.querySelector('thead th'), td = tb.querySelector('tbody tr td');
+    if (!th || !td) continue;
+    const a = th.getBoundingClientRect(), c = td.getBoundingClientRect();
+    if (c.height > 0 && a.bottom > c.top + 1 && a.top < c.bottom) covered.push((td.innerText || '').slice(0, 30));
+  }
+  return {broken, covered};
+}"""
+
+
+@pytest.mark.parametrize("width", [1280, 800])
+def test_tables_read_one_word_per_line_and_headers_cover_no_row(
+        browser: object, judged_site: Path, refaccel_site: Path, width: int) -> None:
+    """No one-word cell breaks across lines; the first row of every table is visible at scroll 0"""
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    watched = Watched(context.new_page())
+    pages = [judged_site / "index.html", judged_site / "diff.html", refaccel_site / "index.html",
+             *sorted((refaccel_site / "ops").glob("*.html"))]
+    try:
+        seen = 0
+        for path in pages:
+            watched.page.goto(path.as_uri())
+            found = watched.page.evaluate(_TABLES_READ)
+            assert found["broken"] == [], f"{path.name} @{width}px: one-word cells broken: {found['broken'][:5]}"
+            assert found["covered"] == [], f"{path.name} @{width}px: a header covers the first row: {found['covered']}"
+            seen += watched.page.eval_on_selector_all("table tbody td", "tds => tds.length")
+            width_now = watched.page.evaluate("document.documentElement.scrollWidth")
+            assert width_now <= width, f"{path.name} is {width_now} px wide at {width} px"
+        assert seen > 100  # the pages had tables to measure
+        watched.clean()
+    finally:
+        context.close()
+
+
+def test_runtime_checks_use_the_page_width(page: Watched, refaccel_site: Path) -> None:
+    """The runtime checks table is not squeezed into a column beside the evidence: at 1280 px it spans
+    most of the main column, and a check's result reads PASS on one line"""
+    page.page.goto((refaccel_site / "index.html").as_uri())
+    main = page.page.eval_on_selector("main", "m => m.getBoundingClientRect().width")
+    section = page.page.eval_on_selector("#runtime", "s => s.getBoundingClientRect().width")
+    assert section > 0.9 * (main - 48), (section, main)
+    lines = page.page.eval_on_selector_all(
+        "#runtime .checks .result", "rs => rs.map(r => new Set(Array.from(r.getClientRects()).map(b => Math.round(b.top))).size)")
+    assert lines and set(lines) == {1}, lines
+    page.clean()

@@ -59,12 +59,25 @@ def test_gate_judges_a_failed_step_by_its_step_and_only_when_required(outcome: s
     data["steps"]["training"] = {"result": "fail", "outcome": outcome, "evidence": "rejected: no kernel",
                                  "rejected": outcome == "ok"}
     run = WorkloadResult.model_validate({**data, "outcome": outcome})
-    assert run.headline() == ("rejected" if outcome == "ok" else "error")
     assert judge_run(WorkloadRequirement(names=["tinygpt"], mode="compile", steps=["to_device", "inference"]), run) == []
+    assert judge_run(WorkloadRequirement(names=["tinygpt"], mode="compile"), run) == []
+    assert run.headline() == "ok"  # the word is the default requirement's verdict, not the worst step's
     problems = judge_run(WorkloadRequirement(names=["tinygpt"], mode="compile", steps=["training"]), run)
     assert len(problems) == 1 and problems[0].startswith("training fail: rejected")
     crashed = WorkloadResult.model_validate({**data, "outcome": "crashed"})
     assert judge_run(WorkloadRequirement(names=["tinygpt"], mode="compile", steps=["inference"]), crashed)[0].startswith("crashed")
+
+
+@pytest.mark.parametrize(("inference", "word"), [({"result": "fail", "outcome": "ok", "rejected": True}, "rejected"),
+                                                 ({"result": "fail", "outcome": "wrong"}, "wrong"),
+                                                 ({"result": "fail", "outcome": "error"}, "error")])
+def test_headline_word_is_what_the_gate_says_of_the_run(inference: dict[str, object], word: str):
+    """A gated step (inference) that did not pass gives the word, and the default requirement blocks it"""
+    data = _run().model_dump()
+    data["steps"]["inference"] = {**inference, "evidence": "no kernel"}
+    run = WorkloadResult.model_validate({**data, "outcome": inference["outcome"]})
+    assert run.headline() == word
+    assert judge_run(WorkloadRequirement(names=["tinygpt"]), run) != []
 
 
 def test_a_cleanly_refused_step_is_rejected_not_an_error():
@@ -224,8 +237,9 @@ def test_suites_default_aliases_and_errors():
 
 
 def test_summary_names_the_step_that_gave_the_runs_outcome():
-    """A run whose inference was refused and whose state_dict step raised reads ``error``, and
-    the reason shown is the state_dict error, not the earlier refusal."""
+    """A run whose inference was refused and whose state_dict step raised reads ``rejected`` (the gate
+    blocks it for inference, a step every requirement asks for unless told otherwise) and shows the
+    refusal; a run whose only failing step is one the gate does not ask for reads ``ok`` and names it."""
     from opmatrix.probes.workloads.cli import summary_lines
 
     data = _run(mode="eager").model_dump()
@@ -234,7 +248,7 @@ def test_summary_names_the_step_that_gave_the_runs_outcome():
     data["steps"]["state_dict"] = {"result": "fail", "outcome": "error",
                                    "evidence": "error: AttributeError: no attribute 'device'"}
     line = summary_lines([WorkloadResult.model_validate({**data, "outcome": "error"})])[1]
-    assert "eager: error (state_dict: error: AttributeError" in line, line
-    data["steps"].pop("state_dict")
-    line = summary_lines([WorkloadResult.model_validate({**data, "outcome": "ok"})])[1]
     assert "eager: rejected (inference: rejected: NotImplementedError" in line, line
+    data["steps"]["inference"] = {"result": "pass", "outcome": "ok"}
+    line = summary_lines([WorkloadResult.model_validate({**data, "outcome": "error"})])[1]
+    assert "eager: ok (state_dict: error: AttributeError" in line, line

@@ -12,7 +12,7 @@ import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import IO, Any
 
 from opmatrix.schema import BACKWARD_FAULTS, FaultOutcome
@@ -20,6 +20,9 @@ from opmatrix.schema.text import terminal_text
 
 __all__ = ["Progress", "count_record"]
 
+#: the ETA times the run's own pace once this many tasks per worker finished over PACE_SECONDS
+PACE_TASKS = 2
+PACE_SECONDS = 20.0
 #: outcomes shown after the paths (``ok`` is implied by the paths)
 _SHOWN_OUTCOMES = ("wrong", "error", "oom", "hung", "crashed", "poisoned")
 #: faults of a cell's backward that are faults of the process: counted as the cell's fault (a
@@ -74,9 +77,15 @@ class Progress:
         interval: float = 10.0,
         expected: Mapping[str, float] | None = None,
         workers: int = 1,
+        clock: Callable[[], float] = time.monotonic,
     ):
         """``expected``: seconds an earlier run took per task id; with them the ETA weighs each
-        task left by its own time (one long task can be most of a run) instead of the mean rate."""
+        task left by its own time (one long task can be most of a run) instead of the mean rate.
+
+        Without them the ETA never counts the start-up (spawning workers, importing torch, loading
+        OpInfo: a minute under load, when the first task is done): until enough tasks have
+        finished to time the run's own pace (:data:`PACE_TASKS` per worker over
+        :data:`PACE_SECONDS`), it is the mean time the finished tasks took, per worker."""
         self.total = total
         self.expected = dict(expected or {})
         self.workers = workers
@@ -91,28 +100,48 @@ class Progress:
         forced = os.environ.get("OPMATRIX_PROGRESS", "")
         self.tty = forced == "bar" or (forced != "lines" and self.stream.isatty())
         self.interval = 0.2 if self.tty else interval
-        self.start = time.monotonic()
+        self.clock = clock
+        self.start = clock()
         self._last = 0.0
+        self._first: tuple[float, int] | None = None  # (when, fresh count) at the first fresh finish
+        self._worked = [0.0, 0]  # seconds the fresh tasks' records say they took, and how many said
 
     def add(self, record: dict[str, Any], *, fresh: bool) -> None:
         """Count one finished record (``fresh``: probed now, not resumed or reused)."""
         self.done += 1
         self.fresh += int(fresh)
+        if fresh and self._first is None:
+            self._first = (self.clock(), self.fresh)
+        took = record.get("seconds")
+        if fresh and isinstance(took, (int, float)) and not isinstance(took, bool):
+            self._worked[0] += float(took)
+            self._worked[1] += 1
         before = self.expected.pop(str(record.get("task")), None)
-        if fresh and before and isinstance(record.get("seconds"), (int, float)):
-            self._timed[0] += float(record["seconds"])
+        if fresh and before and isinstance(took, (int, float)):
+            self._timed[0] += float(took)
             self._timed[1] += before
         paths, outcomes = count_record(record)
         self.cells += len(record.get("cells") or [])
         self.paths.update(paths)
         self.outcomes.update(outcomes)
 
+    def _pace(self) -> float | None:
+        """Seconds per task at this run's pace, start-up left out; None before any task finished."""
+        if self._first is None:
+            return None
+        since, done_since = self.clock() - self._first[0], self.fresh - self._first[1]
+        if since >= PACE_SECONDS and done_since >= PACE_TASKS * self.workers:
+            return since / done_since  # the wall clock since the first finish: overheads included
+        if self._worked[1]:
+            return self._worked[0] / self._worked[1] / max(self.workers, 1)
+        return None
+
     def line(self) -> str:
         """The status text (without the bar)."""
-        elapsed = max(time.monotonic() - self.start, 1e-6)
-        rate = self.fresh / elapsed
+        pace = self._pace()
+        rate = 1 / pace if pace else self.fresh / max(self.clock() - self.start, 1e-6)
         left = self.total - self.done
-        eta = _duration(left / rate) if rate > 0 and left else "-"
+        eta = _duration(left * pace) if pace is not None and left else "-"
         if left and self.expected and self._timed[1] > 0:
             # the tasks left by their earlier times, scaled by how this run compares so far
             known = sum(self.expected.values())
@@ -131,7 +160,7 @@ class Progress:
         """Redraw (terminal) or print a line (log) when due; ``final`` always draws and ends the line."""
         if not self.enabled:
             return
-        now = time.monotonic()
+        now = self.clock()
         if not final and now - self._last < self.interval:
             return
         self._last = now

@@ -16,12 +16,12 @@ from __future__ import annotations
 import os
 import re
 import signal
-import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from opmatrix.probes.runner.calibrate import current
+from opmatrix.schema.text import cut
 
 from .children import WORK_RESULT, ChildResult, describe_exit, run_forked, run_started, work
 from .context import HOST_DEVICES, NO_VALUE_DEVICES
@@ -305,7 +305,7 @@ def case_init_messages(env: CaseEnv) -> Verdict:
         elif lacking:
             problems.append(f"{mode.mode}: message lacks {', '.join(map(repr, lacking))}: {res.message}")
         else:
-            seen.append(f"{mode.mode} -> {cause.title}: {textwrap.shorten(res.message, 200, placeholder=' ...')}")
+            seen.append(f"{mode.mode} -> {cause.title}: {cut(res.message, 200)}")  # a cut says so: …
     if problems:
         return failed("; ".join(problems), "each initialisation failure must say what failed: driver version, "
                       "device busy, reset, missing firmware")

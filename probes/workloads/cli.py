@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from opmatrix.probes.options import WORKLOAD_DTYPES, WORKLOAD_MODES, ProbeOptions
-from opmatrix.schema import CheckResult, Outcome, UsageError
+from opmatrix.schema import CheckResult, UsageError
 from opmatrix.schema.text import cut
+from opmatrix.schema.workloads import GATED_STEPS
 
 if TYPE_CHECKING:
     from opmatrix.probes.runner import Task
@@ -63,9 +64,9 @@ def summary_lines(results: list[WorkloadResult]) -> list[str]:
     lines = ["workloads: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))]
     for r in results:
         host = f"; host: {', '.join(r.host_fallback.ops)}" if r.host_fallback.ops else ""
-        # the reason shown is a step that gave the headline (an error, not an earlier clean refusal)
+        # the reason shown is the gated step that gave the headline, else the steps beyond them that failed
         bad = [f"{k.value}: {v.evidence}" for k, v in r.steps.items()
-               if v.result is not CheckResult.passed and v.outcome is r.outcome and v.outcome is not Outcome.ok]
+               if k in GATED_STEPS and v.result is not CheckResult.passed]
         bad = bad or r.failed_steps()
         comp = ""
         if r.compile is not None and r.compile.speedup is not None:
