@@ -220,8 +220,8 @@ _SAID: set[str] = set()
 
 
 def say_cache_miss(path: str | os.PathLike[str], why: str) -> None:
-    """Say once per path on stderr that a cache entry is ignored, and why (a rebuilt entry costs time only)."""
-    key = os.fspath(path)
+    """Say once (per path and reason) on stderr that a cache entry is ignored, and why (a rebuilt entry costs time only)."""
+    key = f"{os.fspath(path)}\0{why}"
     if key in _SAID:
         return
     _SAID.add(key)

@@ -30,6 +30,7 @@ from typing import Any
 from opmatrix.schema import FaultOutcome
 
 from .executor import Executor
+from .infra import InfrastructureFailure, io_cause
 from .plan import Aborted, RunSummary, default_max_restarts, ordered, sigterm_as_interrupt
 from .runner import Run
 from .shard import select_shard
@@ -84,6 +85,7 @@ def run(
             executor.close([])  # e.g. a journal that cannot be resumed: stop what start() started
         raise
     summary = state.summary
+    again = state.command if "--resume" in state.command else f"{state.command} --resume"
     try:
         with sigterm_as_interrupt():
             state.loop()
@@ -92,12 +94,28 @@ def run(
         summary.message = str(exc)
     except KeyboardInterrupt:
         summary.interrupted = True
-        again = state.command if "--resume" in state.command else f"{state.command} --resume"
         summary.message = f"interrupted; continue with: {again}"
+    except (InfrastructureFailure, OSError) as exc:
+        _stopped_by_machine(summary, exc, state.path, again)
     finally:
-        state.shutdown()
+        try:
+            state.shutdown()
+        except OSError as exc:  # the journal's last flush failed: the disk filled meanwhile
+            _stopped_by_machine(summary, exc, state.path, again)
     _finish(state, started, progress)
     return summary
+
+
+def _stopped_by_machine(summary: RunSummary, exc: BaseException, journal: Path, again: str) -> None:
+    """Record that the machine stopped the run (a full disk, the OOM killer); any other OSError is raised again."""
+    cause = str(exc) if isinstance(exc, InfrastructureFailure) else io_cause(exc, f"the journal {journal}") \
+        if isinstance(exc, OSError) else None
+    if cause is None:
+        raise exc
+    summary.aborted = True
+    summary.infrastructure = summary.infrastructure or cause
+    summary.message = (f"stopped by the machine, not by any probe: {summary.infrastructure}; nothing was recorded "
+                       f"against a unit for it; continue with: {again}")
 
 
 def _workers(devices: Sequence[int | str] | str | None, workers: int | None,
