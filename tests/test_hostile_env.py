@@ -321,3 +321,26 @@ def test_the_python_api_raises_for_a_device_the_backend_lacks(tmp_path: Path) ->
     with pytest.raises(UsageError, match="--devices"):
         opmatrix.probe(opts)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_journal_that_cannot_grow_stops_the_run_with_exit_2_and_resume_finishes(tmp_path: Path) -> None:
+    """Files limited to 6 KB (RLIMIT_FSIZE: writes past it fail with EFBIG, as on a full disk): the
+    run stops with exit 2 naming the write, its journal is kept, and --resume without the limit
+    records every task once."""
+    import resource
+    import signal
+
+    def limited() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (6144, 6144))
+
+    out = tmp_path / "out"
+    script = [sys.executable, str(ROOT / "tests" / "runner_handlers.py"), str(out), "--tasks", "12", "--workers", "1"]
+    cut = subprocess.run(script, capture_output=True, text=True, cwd=ROOT, timeout=600, preexec_fn=limited)
+    assert cut.returncode == 2, cut.stdout + cut.stderr
+    assert "stopped by the machine" in cut.stderr and "File too large" in cut.stderr and TRACEBACK not in cut.stderr
+    assert (out / "journal.jsonl").exists()
+    done = subprocess.run([*script, "--resume"], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    tasks = [json.loads(line)["task"] for line in (out / "journal.jsonl").read_text().splitlines()[1:]]
+    assert sorted(tasks) == sorted(f"t{i}|float32" for i in range(12))

@@ -84,6 +84,13 @@ def run(
         if executor is not None:
             executor.close([])  # e.g. a journal that cannot be resumed: stop what start() started
         raise
+    _drive(state)
+    _finish(state, started, progress)
+    return state.summary
+
+
+def _drive(state: Run) -> None:
+    """Run the loop to its end, and say in the summary how it ended when it did not finish."""
     summary = state.summary
     again = state.command if "--resume" in state.command else f"{state.command} --resume"
     try:
@@ -102,14 +109,12 @@ def run(
             state.shutdown()
         except OSError as exc:  # the journal's last flush failed: the disk filled meanwhile
             _stopped_by_machine(summary, exc, state.path, again)
-    _finish(state, started, progress)
-    return summary
 
 
 def _stopped_by_machine(summary: RunSummary, exc: BaseException, journal: Path, again: str) -> None:
     """Record that the machine stopped the run (a full disk, the OOM killer); any other OSError is raised again."""
-    cause = str(exc) if isinstance(exc, InfrastructureFailure) else io_cause(exc, f"the journal {journal}") \
-        if isinstance(exc, OSError) else None
+    what = repr(exc.filename) if isinstance(exc, OSError) and exc.filename else f"the journal {journal}"
+    cause = str(exc) if isinstance(exc, InfrastructureFailure) else io_cause(exc, what) if isinstance(exc, OSError) else None
     if cause is None:
         raise exc
     summary.aborted = True
