@@ -312,6 +312,13 @@ class Adapter:
         or None when it takes any value."""
         return None
 
+    def discovery(self) -> tuple[int | None, str | None]:
+        """(device count, why the backend cannot be used here) by fork-safe discovery in this
+        process, before any worker starts and without initialising a device; (None, None) when
+        the adapter cannot tell without a worker. ``--devices`` is checked against the count, and
+        a reason refuses the run up front (a CUDA backend on a CPU-only torch)."""
+        return None, None
+
     def preflight(self) -> list[str]:
         """Problems with this run's configuration found before any worker starts (environment
         settings the adapter reads, e.g. fault-injection specs); each names the fix."""

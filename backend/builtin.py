@@ -36,6 +36,10 @@ class CpuAdapter(Adapter):
     def observe_fallback(self) -> Iterator[FallbackSeen]:
         yield FallbackSeen(FallbackState.not_observed, [], "cpu is the host")
 
+    def discovery(self) -> tuple[int | None, str | None]:
+        """One device: the host."""
+        return 1, None
+
     def devices(self) -> list[DeviceInfo]:
         import platform
 
@@ -109,6 +113,15 @@ class CudaAdapter(Adapter):
         if count == 0:
             return False, "no CUDA device visible (check the driver with nvidia-smi and CUDA_VISIBLE_DEVICES)"
         return True, ""
+
+    def discovery(self) -> tuple[int | None, str | None]:
+        """The CUDA device count (NVML / the driver's count: no context is created), or why there is none."""
+        import torch
+
+        if not torch.backends.cuda.is_built():
+            return 0, "--backend cuda: this torch build has no CUDA support (a CPU wheel); install a CUDA build of torch"
+        ok, why = self.available()
+        return (torch.cuda.device_count(), None) if ok else (0, f"--backend cuda: {why}")
 
     def setup(self) -> None:
         import torch

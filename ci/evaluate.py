@@ -293,17 +293,23 @@ def _baseline_check(baseline: Matrix, index: CellIndex, contract: Contract, book
     return check, regressions, list(better), list(missing)
 
 
-def _waiver_check(waivers: list[WaiverReport]) -> GateCheck:
+def _waiver_check(waivers: list[WaiverReport], today: dt.date) -> GateCheck:
     expired = [w for w in waivers if w.state is WaiverState.expired]
     return GateCheck(
         name="waivers",
         status=Status.failed if expired else Status.passed,
         message="; ".join(
-            f"waiver #{w.index} ({w.match.op}, owner {w.owner}) expired on {w.expires}: renew it or remove it"
+            f"waiver #{w.index} ({w.match.op}, owner {w.owner}) expired on {w.expires} (judged on {today}, UTC): "
+            "renew it or remove it"
             for w in expired
         )
-        or f"{len(waivers)} waivers, none expired",
+        or f"{len(waivers)} waivers, none expired on {today} (UTC)",
     )
+
+
+def utc_today() -> dt.date:
+    """Today's date in UTC: a verdict is the same on runners in every time zone (``TZ`` decides nothing)."""
+    return dt.datetime.now(dt.timezone.utc).date()
 
 
 def _flaky_cells(index: CellIndex) -> list[CellRef]:
@@ -347,7 +353,7 @@ def evaluate_contract(
     and ``compat`` (level 7). Without a matrix only the levels with perf / compat requirements are
     judged; with neither, :class:`~opmatrix.schema.ArtifactError`.
     """
-    today = today or dt.date.today()
+    today = today or utc_today()
     book = WaiverBook(contract.waivers, today)
     ev = _Evidence(contract, matrix, records, baseline_records, compat, book)
     requirements = _requirement_results(contract, ev)
@@ -356,7 +362,7 @@ def evaluate_contract(
     count = matrix.cell_count() if matrix is not None else 0
     regressions, better, missing = _matrix_checks(checks, contract, baseline, ev)
     waivers = book.reports()
-    checks.append(_waiver_check(waivers))
+    checks.append(_waiver_check(waivers, today))
     improvements = []
     if ev.index is not None:
         claimed: set[CellKey] = set()

@@ -32,7 +32,7 @@ class GateOptions(Options):
     junit: str | None = option(None, metavar="FILE", help="write JUnit XML")
     summary_file: str | None = option(None, flag="--summary", metavar="FILE", help="write a markdown summary")
     json: str | None = option(None, metavar="FILE", bare="-", help="write the result as JSON (- or no value = stdout)")
-    today: str | None = option(None, help="evaluate waiver expiry as of this date (YYYY-MM-DD)")
+    today: str | None = option(None, help="evaluate waiver expiry as of this date (YYYY-MM-DD; default: today in UTC)")
     records: str | None = option(None, metavar="DIR", help="level 6: performance records of this release (opmatrix bench)")
     baseline_records: str | None = option(None, metavar="DIR",
                                           help="level 6: the previous release's performance records")

@@ -48,7 +48,7 @@ def render_markdown(result: GateResult) -> str:
     icon, word = ("✅", "PASS") if result.passed else ("❌", "BLOCKED")
     out = [f"## {icon} opmatrix gate: {word} ({_who(result)})", ""]
     base = f", baseline {result.baseline_cell_count}" if result.baseline_cell_count is not None else ""
-    out.append(f"{result.cell_count} probed cells{base}; waivers evaluated as of {result.today}.")
+    out.append(f"{result.cell_count} probed cells{base}; waivers evaluated as of {result.today} (UTC).")
     out.append("")
     reasons = gate_reasons(result)
     if reasons:

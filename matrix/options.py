@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from opmatrix.schema.io import UsageError
 from opmatrix.schema.options import Options, option
 
 __all__ = ["DiffOptions", "QueryOptions"]
@@ -34,6 +35,13 @@ class QueryOptions(Options):
     arg: tuple[str, ...] = option((), repeat=True, empty_ok=True, metavar="NAME=VALUE",
                                   help="argument value for conditional entries, e.g. dim=-1 (repeatable)")
     json: bool = option(False, help="print one JSON object")
+
+    def check(self) -> None:
+        names = [a.partition("=")[0].strip() for a in self.arg]
+        twice = sorted({n for n in names if n and names.count(n) > 1})
+        if twice:
+            given = ", ".join(a for a in self.arg if a.partition("=")[0].strip() == twice[0])
+            raise UsageError(f"--arg: {twice[0]!r} is given more than once ({given}); give each argument once")
 
 
 @dataclass(frozen=True, kw_only=True)

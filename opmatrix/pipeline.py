@@ -11,7 +11,8 @@ header names (:class:`~opmatrix.schema.journal.RunIdentity`).
 
 Exit codes (probe): 0 when every planned task was recorded (cells that are wrong or raised are
 results); 1 when the run aborted (restart cap) or a cell crashed, hung or poisoned its worker;
-2 invalid input; 130 interrupted (``--resume`` continues).
+2 invalid input, or the machine stopped the run (a full disk, the OOM killer; ``--resume``
+continues); 130 interrupted (``--resume`` continues).
 """
 
 from __future__ import annotations
@@ -220,8 +221,8 @@ def _probe(options: ProbeOptions) -> int:
             progress=not options.quiet, command=plan.command, header={"run": plan.identity}, handlers=TASK_HANDLERS,
             executor=_executor(options, plan),
         )
-        if summary.interrupted:  # the runner has said how many are recorded and how to resume
-            return 130
+        if summary.interrupted or summary.infrastructure:  # the runner has said why, and how to resume
+            return int(summary.exit_code)  # 130, or 2: the machine stopped it (no matrix from a cut run)
         with gc_paused():  # reading the journal and building the matrix: 60% faster without collections
             matrix = _build(plan, summary)
         if "distributed" in plan.suites:

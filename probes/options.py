@@ -105,9 +105,9 @@ class ProbeOptions(Options):
                                                     help="eager, compile or both")
 
     def check(self) -> None:
-        if self.devices is not None and self.devices != ("all",) and not all(d.isdigit() for d in self.devices):
+        if self.devices is not None and self.devices != ("all",) and not all(d.isascii() and d.isdigit() for d in self.devices):
             raise UsageError(f"--devices: expected all or device indices like 0,1, got {','.join(self.devices)!r}")
-        if self.devices is not None and len(set(self.devices)) != len(self.devices):
+        if self.devices is not None and len({d if d == "all" else int(d) for d in self.devices}) != len(self.devices):
             raise UsageError(f"--devices: a device is named twice in {','.join(self.devices)!r}")
         if self.executor != "ray" and (self.ray_address or self.ray_resource):
             raise UsageError("--ray-address / --ray-resource: only with --executor ray")

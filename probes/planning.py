@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from opmatrix.backend.base import Adapter
     from opmatrix.probes.runner import Task
 
-__all__ = ["ProbePlan", "checked_adapter", "default_out", "plan_op_tasks", "plan_probe", "probe_evidence", "worker_evidence"]
+__all__ = ["ProbePlan", "check_devices", "checked_adapter", "default_out", "plan_op_tasks", "plan_probe", "probe_evidence", "worker_evidence"]
 
 
 def _usage(message: str) -> Exception:
@@ -160,10 +160,28 @@ def checked_adapter(backend: str, generation: str | None) -> Adapter:
     known = adapter.generations()
     if generation is not None and known is not None and generation not in known:
         raise _usage(f"--generation: {backend} has no generation {generation!r} (choose from {', '.join(known)})")
+    if generation is None and adapter.generation is not None and known is not None and adapter.generation not in known:
+        raise _usage(f"--generation: {backend}'s default generation {adapter.generation!r} (set in the environment) is "
+                     f"not one it has (choose from {', '.join(known)})")
     problems = adapter.preflight()
     if problems:
         raise _usage(problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
     return adapter
+
+
+def check_devices(adapter: Adapter, devices: Sequence[str] | None) -> None:
+    """The backend can be used here and ``--devices`` names only devices it has, asked of the
+    adapter's fork-safe discovery (no device is initialised); UsageError otherwise, before any work."""
+    count, why = adapter.discovery()
+    if why:
+        raise _usage(why)
+    if count is None or not devices or tuple(devices) == ("all",):
+        return
+    missing = [d for d in devices if int(d) >= count]
+    if missing:
+        have = f"devices 0-{count - 1}" if count > 1 else "device 0" if count == 1 else "no device"
+        raise _usage(f"--devices: {adapter.name} has {have}; {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not "
+                     "one of them (choose indices from those)")
 
 
 def check_compile_backend(name: str) -> None:
@@ -227,7 +245,13 @@ def plan_probe(opts: ProbeOptions) -> ProbePlan:
     layouts = list(opts.layouts) if opts.layouts else None
     shard = _shard(opts.shard)
     suites = opts.chosen_suites()
+    from opmatrix.probes.runner.settings import setting_problems
+
+    settings = setting_problems()
+    if settings:
+        raise _usage(settings[0])
     adapter = checked_adapter(opts.backend, opts.generation)
+    check_devices(adapter, opts.devices)
     if opts.compile_backend:
         check_compile_backend(opts.compile_backend)
     out = default_out(opts)

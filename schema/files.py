@@ -28,22 +28,71 @@ from pathlib import Path
 
 from .yamlload import ArtifactError
 
-__all__ = ["cache_dir", "is_stream", "refuse_inputs_as_outputs", "refuse_unwritable", "write_bytes_atomic", "write_output",
-           "write_text_atomic"]
+__all__ = ["CACHE_ENTRY_LIMIT", "cache_dir", "is_stream", "read_cache_entry", "read_cache_json", "refuse_inputs_as_outputs",
+           "refuse_unwritable", "say_cache_miss", "write_bytes_atomic", "write_cache_entry", "write_output", "write_text_atomic"]
 
 #: the output path that means standard output
 STDOUT = "-"
 
 
 def is_stream(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` is ``-`` or an existing file that is not a regular file or a folder (a device, a FIFO)."""
+    """Whether an output at ``path`` is written in place, as a stream, never renamed over.
+
+    That is ``-``; any path that is or leads (through links, at any depth) into ``/dev`` or
+    ``/proc`` (``/dev/stdout``, ``/dev/fd/1``, a link to ``/proc/self/fd/1``: with stdout redirected
+    to a file those resolve to that file, which a rename would cut off from the stream); a target
+    that is not a regular file or a folder (a terminal, a FIFO, a socket); the very file standard
+    output or error is open on; and a regular file whose folder this process cannot write in.
+    """
+    return _output_target(path)[0]
+
+
+#: folders whose entries are the system's own nodes: written in place, never renamed over
+_SPECIAL_ROOTS = ("/dev", "/proc")
+
+
+def _special(path: str) -> bool:
+    return any(path == root or path.startswith(root + "/") for root in _SPECIAL_ROOTS)
+
+
+def _std_identities() -> set[tuple[int, int]]:
+    out = set()
+    for fd in (1, 2):
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            continue
+        out.add((st.st_dev, st.st_ino))
+    return out
+
+
+def _output_target(path: str | os.PathLike[str]) -> tuple[bool, Path]:
+    """(written in place, the file a rename would replace): links are followed, so a link to a
+    regular file keeps being a link and its target is the file replaced."""
     if os.fspath(path) == STDOUT:
-        return True
-    try:
-        mode = os.stat(path).st_mode
-    except (OSError, ValueError):
-        return False
-    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+        return True, Path(STDOUT)
+    current = os.path.abspath(os.fspath(path))
+    for _ in range(40):  # a longer chain is a loop: the write itself then fails with ELOOP
+        if _special(current):
+            return True, Path(current)
+        folder = os.path.realpath(os.path.dirname(current))
+        current = os.path.join(folder, os.path.basename(current))
+        if _special(current):
+            return True, Path(current)
+        try:
+            st = os.lstat(current)
+        except (OSError, ValueError):
+            return False, Path(current)  # a new file (or one the write will name in its error)
+        if not stat.S_ISLNK(st.st_mode):
+            break
+        current = os.path.normpath(os.path.join(folder, os.readlink(current)))
+    else:
+        return False, Path(current)
+    if stat.S_ISDIR(st.st_mode):
+        return False, Path(current)
+    if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) in _std_identities():
+        return True, Path(current)
+    return not os.access(folder, os.W_OK | os.X_OK), Path(current)
 
 
 def _identity(path: str | os.PathLike[str]) -> tuple[int, int] | None:
@@ -120,31 +169,31 @@ def cache_dir(kind: str) -> Path | None:
     return Path(root) / kind
 
 
-def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, *, sync: bool = True) -> bool:
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, *, sync: bool = True, cache: bool = False) -> bool:
     """Write ``data`` to ``path`` atomically (temporary file + rename), only when it differs.
 
     Returns True when the file was written. The new file gets the usual mode (0666 less the
-    umask), not mkstemp's 0600; parent folders are created. ``sync=False`` skips the ``fsync``
-    before the rename, for cache entries: after a power cut one may be empty or torn, which its
-    reader takes for a miss.
+    umask), not mkstemp's 0600; parent folders are created. A stream (:func:`is_stream`) is
+    written in place; a link to a regular file stays a link and its target is replaced.
+    ``cache=True`` is for cache entries: whatever sits at ``path`` (a FIFO, a link) is replaced,
+    never written through, and there is no ``fsync`` before the rename: after a power cut an
+    entry may be empty or torn, which its reader takes for a miss.
     """
-    target = Path(path)
-    if is_stream(target):  # a terminal, /dev/stdout, a FIFO: write in place; renaming would replace the node
+    in_place, target = (False, Path(path)) if cache else _output_target(path)
+    if in_place:  # a terminal, /dev/stdout, a FIFO: write in place; renaming would replace the node
         with open(target, "wb") as stream:
             stream.write(data)
         return True
-    try:
-        if target.read_bytes() == data:
-            return False
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-        pass
+    old = read_cache_entry(target, quiet=True) if cache else _read_regular(target)
+    if old == data:
+        return False
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
-            if sync:
+            if sync and not cache:
                 os.fsync(fh.fileno())
         umask = os.umask(0)
         os.umask(umask)
@@ -154,6 +203,106 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, *, sync: bool 
         Path(tmp).unlink(missing_ok=True)
         raise
     return True
+
+
+def _read_regular(target: Path) -> bytes | None:
+    try:
+        return target.read_bytes()
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return None
+
+
+# -- cache entries ---------------------------------------------------------------------------
+
+#: the largest cache entry read (a validated matrix of every OpInfo is a few tens of MB)
+CACHE_ENTRY_LIMIT = 512 << 20
+_SAID: set[str] = set()
+
+
+def say_cache_miss(path: str | os.PathLike[str], why: str) -> None:
+    """Say once (per path and reason) on stderr that a cache entry is ignored, and why (a rebuilt entry costs time only)."""
+    key = f"{os.fspath(path)}\0{why}"
+    if key in _SAID:
+        return
+    _SAID.add(key)
+    print(f"opmatrix: cache entry {key} {why}: ignored (a miss; it is rebuilt)", file=sys.stderr)
+
+
+def read_cache_entry(path: str | os.PathLike[str], *, limit: int = CACHE_ENTRY_LIMIT, quiet: bool = False) -> bytes | None:
+    """The bytes of a cache entry, or None for a miss; never blocks, never reads without bound.
+
+    Caches are shared (a CI cache restored between jobs), so an entry is read only when it is a
+    regular file of at most ``limit`` bytes, opened without following a link: a FIFO would block
+    the reader, a link to ``/dev/zero`` would be read forever, a link can lead out of the cache.
+    Anything else is a miss, said once per path on stderr (unless ``quiet``); a missing entry is a
+    plain miss. The caller checks the content (JSON of the expected shape) and rebuilds on a miss.
+    """
+    target = Path(path)
+    why = _unreadable_entry(target, limit)
+    if why is None:
+        try:
+            fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            why = f"cannot be opened ({exc.strerror or exc})"
+        else:
+            with os.fdopen(fd, "rb") as fh:
+                st = os.fstat(fh.fileno())  # the node opened, not the one looked at (it may have been swapped)
+                why = _entry_kind(st.st_mode, st.st_size, limit)
+                data = fh.read(limit + 1) if why is None else b""
+            if why is None and len(data) > limit:
+                why = f"is over {limit} bytes"
+            if why is None:
+                return data
+    if why and not quiet:
+        say_cache_miss(target, why)
+    return None
+
+
+def _unreadable_entry(target: Path, limit: int) -> str | None:
+    try:
+        st = os.lstat(target)
+    except FileNotFoundError:
+        return ""
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    return _entry_kind(st.st_mode, st.st_size, limit)
+
+
+def _entry_kind(mode: int, size: int, limit: int) -> str | None:
+    if stat.S_ISLNK(mode):
+        return "is a symbolic link, not a file the cache wrote"
+    if stat.S_ISFIFO(mode):
+        return "is a FIFO, not a regular file"
+    if not stat.S_ISREG(mode):
+        return "is not a regular file (a device, a socket or a folder)"
+    if size > limit:
+        return f"is over {limit} bytes"
+    return None
+
+
+def read_cache_json(path: str | os.PathLike[str], *, limit: int = CACHE_ENTRY_LIMIT) -> object | None:
+    """A cache entry parsed as JSON, or None for a miss (said once when the entry is there but not JSON)."""
+    import json
+
+    data = read_cache_entry(path, limit=limit)
+    if data is None:
+        return None
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        say_cache_miss(Path(path), "is not valid JSON")
+        return None
+
+
+def write_cache_entry(path: str | os.PathLike[str], text: str) -> bool:
+    """Store a cache entry atomically, replacing whatever is at ``path``; False when the cache
+    cannot be written (a read-only or full disk): a cache only ever saves time."""
+    try:
+        return write_bytes_atomic(path, text.encode("utf-8"), cache=True)
+    except OSError:
+        return False
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str, *, sync: bool = True) -> bool:

@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from .files import cache_dir, write_text_atomic
+from .files import cache_dir, read_cache_entry, write_cache_entry
 from .matrix import DIGEST_VERIFIED
 from .version import __version__
 
@@ -112,7 +112,7 @@ def remember(data: bytes, model: type[BaseModel], content: dict[str, Any]) -> No
     if folder is None or seal is None:
         return
     entry = _entry(folder, data, model)
-    if entry.exists():
+    if entry.is_file() and not entry.is_symlink():
         return
     body = {k: v for k, v in content.items() if k != "integrity"}
     text = entry_text(seal, json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=True))
@@ -122,13 +122,10 @@ def remember(data: bytes, model: type[BaseModel], content: dict[str, Any]) -> No
 
 def _store(entry: Path, content: Any) -> None:
     """Write an entry: ``content``'s JSON, or ``content`` itself when it is JSON text already."""
-    try:
-        # json.dumps keeps inf/nan (as Infinity/NaN, which pydantic reads back); model_dump_json
-        # would write null and a second, cached load would lose them
-        text = content if isinstance(content, str) else json.dumps(content, allow_nan=True)
-        write_text_atomic(entry, text, sync=False)  # a torn entry is invalid JSON: a miss
-    except OSError:
-        pass  # a cache that cannot be written only costs time
+    # json.dumps keeps inf/nan (as Infinity/NaN, which pydantic reads back); model_dump_json
+    # would write null and a second, cached load would lose them
+    text = content if isinstance(content, str) else json.dumps(content, allow_nan=True)
+    write_cache_entry(entry, text)  # a torn entry is invalid JSON: a miss; an unwritable cache only costs time
 
 
 def load_cached(path: str | os.PathLike[str], model: type[M],
@@ -152,10 +149,11 @@ def load_cached(path: str | os.PathLike[str], model: type[M],
     seal = yaml_seal(data)
     if seal is not None:
         try:
-            cached = entry.read_text(encoding="utf-8")
-            if _verified(cached, seal):
+            raw = read_cache_entry(entry)  # a FIFO, a link to /dev/zero, a huge file: a miss, said once
+            cached = raw.decode("utf-8") if raw is not None else ""
+            if raw is not None and _verified(cached, seal):
                 return model.model_validate_json(cached, context={DIGEST_VERIFIED: True})
-        except (OSError, UnicodeDecodeError, ValidationError):
+        except (UnicodeDecodeError, ValidationError):
             pass  # a miss (or an entry that is not valid any more): load strictly
     try:
         text = data.decode("utf-8")

@@ -4,7 +4,8 @@ A ``test`` task's payload names its units and which of them misbehave::
 
     Task("t3|float32", "test", {"source": "t3", "units": 4, "faults": {"u2": "segv"}})
 
-Modes: ``segv`` (a real NULL read), ``abort`` (``os.abort``), ``exit`` (``os._exit(3)``),
+Modes: ``segv`` (a real NULL read), ``abort`` (``os.abort``), ``exit`` (``os._exit(3)``), ``nospace``
+(a write to ``/dev/full`` whose ENOSPC escapes), ``nospace-exit`` (the worker dies of it, exit 1),
 ``hang`` (sleeps far past any deadline), ``oom`` (a device OOM the handler classifies and
 records itself), ``oom-escape`` (a ``MemoryError`` escaping the handler), ``poison``
 (``WorkerPoisoned``), ``sick`` (an error after which :class:`SickCpuAdapter`'s health check fails),
@@ -105,6 +106,16 @@ def _misbehave(mode: str) -> None:
         os.abort()
     elif mode == "exit":
         os._exit(3)
+    elif mode == "nospace":  # a real ENOSPC (/dev/full) escaping the handler: the worker reports it
+        with open("/dev/full", "w") as full:
+            full.write("x" * 65536)
+    elif mode == "nospace-exit":  # a worker that dies of it, as native code would, its last words on stderr
+        try:
+            with open("/dev/full", "w") as full:
+                full.write("x" * 65536)
+        except OSError as exc:
+            print(f"fatal: could not write a scratch file: {exc}", file=sys.stderr, flush=True)
+            os._exit(1)
     elif mode == "hang":
         time.sleep(3600)
     elif mode == "oom":

@@ -27,7 +27,8 @@ def test_expired_waiver_blocks() -> None:
     assert result.verdict is Verdict.blocked
     assert result.waivers[0].state is WaiverState.expired and result.waivers[0].matched == 1
     assert (
-        "waivers: waiver #0 (aten.mm.*, owner kernels@example.com) expired on 2026-11-30: renew it or remove it"
+        "waivers: waiver #0 (aten.mm.*, owner kernels@example.com) expired on 2026-11-30 (judged on "
+        f"{TODAY}, UTC): renew it or remove it"
         in result.blocking
     )
     cell = next(c for r in result.requirements for c in r.cells if c.status is CellStatus.failed)

@@ -123,3 +123,25 @@ def test_resume_continues_a_local_journal_on_ray(cluster: None, tmp_path: Path) 
     records = _records(tmp_path)
     assert sorted(r["task"] for r in records) == ["add|float32", "mul|float32"]
     assert [r.get("device") for r in records].count(None) == 1  # one record from each executor
+
+
+def test_a_local_ray_run_leaves_the_users_ray_configuration_as_it_found_it(cluster: Any, tmp_path: Path) -> None:
+    """Ray 2.60 writes ``~/.ray/auth_token`` for a new local instance, after which every ``ray start``
+    on the machine needs ``RAY_AUTH_MODE=token``: the executor's local instance uses a token in its
+    environment only, and the process's environment is put back after the run."""
+    import subprocess
+    import sys
+
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    env["HOME"] = str(home)
+    code = ("import os, sys; from opmatrix.probes.runner import run; from tests.runner_handlers import HANDLERS, "
+            "make_tasks; from tests.test_scale_ray import _executor; s = run(make_tasks(2, units=1), backend='cpu', "
+            "out_dir=sys.argv[1], executor=_executor(), handlers=HANDLERS, command='t', progress=False); "
+            "print('RESULT', s.exit_code, s.recorded, os.environ.get('RAY_AUTH_MODE'), os.environ.get('RAY_AUTH_TOKEN'))")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "out")], env=env, cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+    result = [line for line in done.stdout.splitlines() if line.startswith("RESULT")]
+    assert result == ["RESULT 0 2 None None"], done.stdout[-2000:] + done.stderr[-3000:]
+    assert not (home / ".ray").exists(), sorted(str(p) for p in (home / ".ray").rglob("*"))

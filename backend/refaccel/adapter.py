@@ -43,18 +43,30 @@ class RefaccelAdapter(Adapter):
 
         return sorted(load_table()["generations"])
 
+    def discovery(self) -> tuple[int | None, str | None]:
+        """The configured device count (``OPMATRIX_REFACCEL_DEVICES``, else 2): configuration only.
+
+        A driver that is missing or fails is not a reason to refuse: the runtime suite records it."""
+        from . import runtime
+
+        return runtime.configured_devices()[0], None
+
     def preflight(self) -> list[str]:
         """``OPMATRIX_REFACCEL_FAULT`` must name known modes and overloads that exist, and
         ``OPMATRIX_REFACCEL_DEVICES`` / ``OPMATRIX_REFACCEL_BAD_DEVICE`` be well formed. A run
         that injects ``poison-device`` gets a device-state folder of its own."""
         from . import runtime
         from .devicestate import STATE_ENV
-        from .faults import BAD_ENV, check_bad_device, check_spec
+        from .faults import BAD_ENV, _parse_bad, check_bad_device, check_spec
 
         problems = check_spec(os.environ.get("OPMATRIX_REFACCEL_FAULT", ""))
         count, problem = runtime.configured_devices()
         problems += [problem] if problem else []
-        problems += check_bad_device(os.environ.get(BAD_ENV, ""))
+        problems += [p for p in [runtime.driver_problem()] if p]
+        bad = os.environ.get(BAD_ENV, "")
+        problems += check_bad_device(bad) or [
+            f"{BAD_ENV}: device {index} in {bad.strip()!r} is not one of refaccel's {count} devices (0-{count - 1}); "
+            "it would make no device wrong" for index in sorted(_parse_bad(bad)[0]) if index >= count]
         if "poison-device:" in os.environ.get("OPMATRIX_REFACCEL_FAULT", "") and not os.environ.get(STATE_ENV):
             # a device fault outlives its process: this run's marks live in a folder of its own,
             # which its workers inherit (never seen by another run on this machine)

@@ -158,6 +158,15 @@ def driver_mode() -> str:
     return mode if mode in _DRIVER_MODES else "ok"
 
 
+def driver_problem() -> str | None:
+    """Why ``OPMATRIX_REFACCEL_DRIVER`` names no driver condition (checked before any worker starts)."""
+    text = os.environ.get("OPMATRIX_REFACCEL_DRIVER", "").strip().lower()
+    if not text or text in _DRIVER_MODES:
+        return None
+    return (f"OPMATRIX_REFACCEL_DRIVER: unknown driver condition {text!r} (choose from {', '.join(_DRIVER_MODES)}, "
+            "or unset it for ok)")
+
+
 def configured_devices() -> tuple[int, str | None]:
     """(device count, problem): ``$OPMATRIX_REFACCEL_DEVICES`` or 2; a bad value is named, 2 is used."""
     text = os.environ.get(DEVICES_ENV, "").strip()

@@ -27,6 +27,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from opmatrix.schema import OpName
 
 from .layouts import Values, map_values
+from .overloadcache import OverloadCache  # noqa: F401 - where the engine's state finds it
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Hashable
@@ -332,69 +333,3 @@ def primary_overload(calls: list[str]) -> str | None:
     if real:
         return real[0]
     return calls[0] if calls else None
-
-
-class OverloadCache:
-    """Which overloads a sample signature calls, per torch build, shared by workers on disk.
-
-    Resolving costs one recorded CPU call (~0.3 ms, a ``make_fx`` trace where that fails); the answer depends only on the torch build,
-    the OpInfo and the argument kinds, so it is kept in ``$OPMATRIX_CACHE_DIR`` (default
-    ``~/.cache/opmatrix``) and merged atomically by every worker that learns something new.
-    """
-
-    def __init__(self, path: str | None = None) -> None:
-        import json
-        import os
-
-        if path is None:
-            root = os.environ.get("OPMATRIX_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "opmatrix")
-            git = str(getattr(torch.version, "git_version", "") or "")[:12]
-            path = os.path.join(root, f"overloads-{torch.__version__}-{git}.json")
-        self.path = path
-        self.known: dict[str, list[str]] = {}
-        self.fresh: dict[str, list[str]] = {}
-        self.flushed = -float("inf")
-        try:
-            with open(path, encoding="utf-8") as fh:
-                self.known = json.load(fh)
-        except (OSError, ValueError):
-            self.known = {}
-
-    def get(self, key: str) -> list[str] | None:
-        return self.fresh.get(key) or self.known.get(key)
-
-    def put(self, key: str, calls: list[str]) -> None:
-        self.fresh[key] = calls
-
-    def flush(self, *, every: float = 0.0) -> None:
-        """Merge what this worker learned into the file (atomic replace; lost races only cost time).
-
-        ``every``: skip unless that many seconds passed since the last merge (the engine merges
-        after each task; a merge reads and writes the whole file)."""
-        import json
-        import os
-        import tempfile
-        import time
-
-        if not self.fresh or time.monotonic() - self.flushed < every:
-            return
-        self.flushed = time.monotonic()
-        try:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            try:
-                with open(self.path, encoding="utf-8") as fh:
-                    merged = json.load(fh)
-            except (OSError, ValueError):
-                merged = {}
-            merged.update(self.fresh)
-            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(self.path), prefix=".overloads.")
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                    json.dump(merged, fh, sort_keys=True)
-                os.replace(tmp, self.path)
-            except BaseException:  # a full disk: no temporary file is left in the cache
-                os.unlink(tmp)
-                raise
-            self.known, self.fresh = merged, {}
-        except OSError:
-            pass  # a read-only home: keep the answers in memory only

@@ -15,14 +15,13 @@ The table is built from ``op_db`` once per torch install and cached beside OpInf
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from opmatrix.schema import OpName
-from opmatrix.schema.files import write_text_atomic
+from opmatrix.schema.files import read_cache_json, say_cache_miss, write_cache_entry
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -87,14 +86,14 @@ def _cache_path() -> Path | None:
 def _table() -> dict[str, list[str]]:
     path = _cache_path()
     if path is not None:
-        with contextlib.suppress(OSError, ValueError):
-            data = json.loads(path.read_text(encoding="utf-8"))
-            if isinstance(data, dict) and all(isinstance(v, list) for v in data.values()):
-                return {str(k): [str(x) for x in v] for k, v in data.items()}
+        data = read_cache_json(path)  # a FIFO, a link, a huge or torn file: a miss, said once
+        if isinstance(data, dict) and data and all(isinstance(v, list) for v in data.values()):
+            return {str(k): [str(x) for x in v] for k, v in data.items()}
+        if data is not None:
+            say_cache_miss(path, "is not a table of ATen names (empty or of another shape)")
     table = _build()
     if path is not None:
-        with contextlib.suppress(OSError):
-            write_text_atomic(path, json.dumps(table, sort_keys=True))
+        write_cache_entry(path, json.dumps(table, sort_keys=True))
     return table
 
 

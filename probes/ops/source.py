@@ -11,7 +11,6 @@ variants are derived from them by transformation (``layouts.py``), never generat
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import fnmatch
 import functools
@@ -22,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from opmatrix.schema.files import cache_dir, write_text_atomic
+from opmatrix.schema.files import cache_dir, read_cache_json, say_cache_miss, write_cache_entry
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -125,16 +124,20 @@ def _index_path() -> Path | None:
 def _index_data(entries: Iterable[OpEntry]) -> dict[str, Any]:
     import torch
 
-    return {"torch": str(torch.__version__), "git": str(getattr(torch.version, "git_version", "")),
-            "ops": [[e.full_name, e.name] for e in entries]}
+    ops = [[e.full_name, e.name] for e in entries]
+    return {"torch": str(torch.__version__), "git": str(getattr(torch.version, "git_version", "")), "ops": ops,
+            "digest": _ops_digest(ops)}
+
+
+def _ops_digest(ops: object) -> str:
+    return hashlib.sha256(json.dumps(ops, sort_keys=True).encode()).hexdigest()
 
 
 def _store_index(entries: list[OpEntry]) -> None:
     path = _index_path()
     if path is None or _index() is not None:
         return
-    with contextlib.suppress(OSError):
-        write_text_atomic(path, json.dumps(_index_data(entries), sort_keys=True))
+    if write_cache_entry(path, json.dumps(_index_data(entries), sort_keys=True)):
         _index.cache_clear()  # read back from now on, as the next run will
 
 
@@ -146,9 +149,34 @@ def index_data() -> dict[str, Any]:
     return _index_data(all_ops())
 
 
-def _parse_index(data: object) -> dict[str, Any] | None:
-    if not isinstance(data, dict):
+def _installed_torch() -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
         return None
+
+
+def index_problem(data: object) -> str | None:
+    """Why ``data`` is not OpInfo's name index for the installed torch (None when it is): not the
+    shape, no ops (an emptied file), ops that do not hash to its digest, or another torch's."""
+    if not isinstance(data, dict) or not isinstance(data.get("ops"), list) or "torch" not in data:
+        return "is not an OpInfo name index"
+    if not data["ops"]:
+        return "names no OpInfo (an emptied index)"
+    if data.get("digest") != _ops_digest(data["ops"]):
+        return "does not match its own digest (edited or torn)"
+    installed = _installed_torch()
+    if installed is not None and str(data["torch"]).split("+")[0] != installed.split("+")[0]:
+        return f"was made for torch {data['torch']}, not the installed {installed}"
+    return None
+
+
+def _parse_index(data: object) -> dict[str, Any] | None:
+    if index_problem(data) is not None:
+        return None
+    assert isinstance(data, dict)
     try:
         ops = [OpEntry(str(full), name=str(name)) for full, name in data["ops"]]
         return {"torch": str(data["torch"]), "git": str(data["git"]), "ops": tuple(ops)}
@@ -166,10 +194,14 @@ def _index() -> dict[str, Any] | None:
     path = _index_path()
     if path is None:
         return None
-    try:
-        return _parse_index(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError):
+    data = read_cache_json(path)  # a FIFO, a link, a huge or torn file: a miss, said once
+    if data is None:
         return None  # a miss: all_ops() imports op_db and writes the index again
+    problem = index_problem(data)
+    if problem is not None:
+        say_cache_miss(path, problem)
+        return None
+    return _parse_index(data)
 
 
 def adopt_index(data: object) -> bool:

@@ -31,6 +31,7 @@ from opmatrix.schema import FaultOutcome
 
 from .calibrate import applied, current
 from .executor import Executor
+from .infra import InfrastructureFailure, io_cause
 from .plan import Aborted, RunSummary, default_max_restarts, ordered, sigterm_as_interrupt
 from .runner import Run
 from .shard import select_shard
@@ -88,7 +89,15 @@ def run(
         if executor is not None:
             executor.close([])  # e.g. a journal that cannot be resumed: stop what start() started
         raise
+    _drive(state)
+    _finish(state, started, progress)
+    return state.summary
+
+
+def _drive(state: Run) -> None:
+    """Run the loop to its end, and say in the summary how it ended when it did not finish."""
     summary = state.summary
+    again = state.command if "--resume" in state.command else f"{state.command} --resume"
     try:
         with sigterm_as_interrupt(), applied(calibration):
             state.loop()
@@ -97,12 +106,26 @@ def run(
         summary.message = str(exc)
     except KeyboardInterrupt:
         summary.interrupted = True
-        again = state.command if "--resume" in state.command else f"{state.command} --resume"
         summary.message = f"interrupted; continue with: {again}"
+    except (InfrastructureFailure, OSError) as exc:
+        _stopped_by_machine(summary, exc, state.path, again)
     finally:
-        state.shutdown()
-    _finish(state, started, progress)
-    return summary
+        try:
+            state.shutdown()
+        except OSError as exc:  # the journal's last flush failed: the disk filled meanwhile
+            _stopped_by_machine(summary, exc, state.path, again)
+
+
+def _stopped_by_machine(summary: RunSummary, exc: BaseException, journal: Path, again: str) -> None:
+    """Record that the machine stopped the run (a full disk, the OOM killer); any other OSError is raised again."""
+    what = repr(exc.filename) if isinstance(exc, OSError) and exc.filename else f"the journal {journal}"
+    cause = str(exc) if isinstance(exc, InfrastructureFailure) else io_cause(exc, what) if isinstance(exc, OSError) else None
+    if cause is None:
+        raise exc
+    summary.aborted = True
+    summary.infrastructure = summary.infrastructure or cause
+    summary.message = (f"stopped by the machine, not by any probe: {summary.infrastructure}; nothing was recorded "
+                       f"against a unit for it; continue with: {again}")
 
 
 def _workers(devices: Sequence[int | str] | str | None, workers: int | None,

@@ -99,6 +99,8 @@ class RunSummary:
     reproduce: list[str] = field(default_factory=list)
     aborted: bool = False
     interrupted: bool = False
+    #: the machine stopped the run (a full disk, the OOM killer): the cause; the journal is kept for --resume
+    infrastructure: str = ""
     message: str = ""
     seconds: float = 0.0
     startup_seconds: float | None = None
@@ -111,8 +113,8 @@ class RunSummary:
 
     @property
     def exit_code(self) -> int:
-        """130 interrupted, 1 aborted (restart cap / workers cannot start), else 0."""
-        return 130 if self.interrupted else 1 if self.aborted else 0
+        """130 interrupted, 2 stopped by the machine (a full disk), 1 aborted (restart cap / workers cannot start), else 0."""
+        return 130 if self.interrupted else 2 if self.infrastructure else 1 if self.aborted else 0
 
 
 @dataclass

@@ -97,7 +97,7 @@ class Progress:
         self.outcomes: Counter[str] = Counter()
         self.stream = stream or sys.stderr
         self.enabled = enabled
-        forced = os.environ.get("OPMATRIX_PROGRESS", "")
+        forced = os.environ.get("OPMATRIX_PROGRESS", "").strip().lower()
         self.tty = forced == "bar" or (forced != "lines" and self.stream.isatty())
         self.interval = 0.2 if self.tty else interval
         self.clock = clock

@@ -32,6 +32,8 @@ nothing recorded twice: only the driver writes the journal, once per task).
 from __future__ import annotations
 
 import contextlib
+import os
+import secrets
 import time
 from dataclasses import replace
 from multiprocessing import get_context
@@ -95,6 +97,29 @@ class RayExecutor:
         self.host: Any = None
         self.reader: Any = None
         self._alive, self._asked = 0, 0.0
+        self._env_before: dict[str, str | None] = {}  # what _own_token changed in os.environ, to put back
+
+    def _own_token(self) -> None:
+        """Give a local instance a token of this run's own, in the environment only.
+
+        Ray 2.60's ``ray.init()`` of a new local instance turns token authentication on and, with
+        no token anywhere, writes one to ``~/.ray/auth_token``; from then on every ``ray start`` on
+        the machine enables token auth and its other nodes and drivers fail ("InvalidAuthToken")
+        unless they set ``RAY_AUTH_MODE=token``. With ``RAY_AUTH_TOKEN`` set, Ray finds a token and
+        writes none. A user's own setting (``RAY_AUTH_MODE``, a token or token file) decides alone."""
+        keys = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+        if any(os.environ.get(k) for k in keys) or os.path.exists(os.path.expanduser("~/.ray/auth_token")):
+            return
+        self._env_before = {k: os.environ.get(k) for k in keys}
+        os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+
+    def _restore_env(self) -> None:
+        for key, value in self._env_before.items():  # ray.init also set RAY_AUTH_MODE=token in this process
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        self._env_before = {}
 
     def start(self, out_dir: str) -> None:
         import ray
@@ -104,8 +129,13 @@ class RayExecutor:
             self.connected = True
             if self.address in (None, "", "local"):
                 resources: dict[str, float] = {} if self.resource == "GPU" else {self.resource: float(self._local_devices())}
-                ray.init(address="local", resources=resources, include_dashboard=False, log_to_driver=False,
-                         configure_logging=False, _node_ip_address="127.0.0.1")
+                self._own_token()
+                try:
+                    ray.init(address="local", resources=resources, include_dashboard=False, log_to_driver=False,
+                             configure_logging=False, _node_ip_address="127.0.0.1")
+                except BaseException:
+                    self._restore_env()
+                    raise
                 self.started_local = True
             else:
                 try:
@@ -118,6 +148,7 @@ class RayExecutor:
         self._alive, self._asked = len(self.places), time.monotonic()
         if not self.places:
             where = "the local Ray instance" if self.started_local else f"the Ray cluster at {self.address}"
+            self.close([])  # the run never starts: what start() started stops, the environment is put back
             raise RayNoDevice(
                 f"--executor ray: no node of {where} has the resource {self.resource!r} (one unit per device); "
                 f"start the nodes with e.g. ray start --resources '{{\"{self.resource}\": 2}}', or name the "
@@ -198,6 +229,7 @@ class RayExecutor:
         self.stop_workers(handles)
         if self.connected and self.ray is not None and self.ray.is_initialized():
             self.ray.shutdown()  # a local instance it started stops with it
+        self._restore_env()
 
 
 class RayNoDevice(UsageError):

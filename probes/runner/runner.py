@@ -38,6 +38,7 @@ from .evidence import EvidenceKey
 from .executor import Executor, LocalExecutor, Worker
 from .header import header_line, other_subject
 from .identity import IDENTITY_FILE, cached_identity, fingerprint, store_identity
+from .infra import MemoryWatch, check_infrastructure
 from .journal import open_run_journal, task_key
 from .messages import Done, FromWorker, Poisoned, Ready, RunTask, SetupFailed
 from .plan import (
@@ -71,15 +72,12 @@ class Run:
         self.started = time.monotonic()
         self.backend, self.generation = backend, generation
         self.timeout = timeout
-        # how often the parent reads the unit boards when no message wakes it: a new unit's
-        # deadline starts at most this late, so a hang is called within timeout + poll
+        # how often the parent reads the unit boards when no message wakes it (a hang is called
+        # within timeout + poll); before its first unit a task only prepares on the host (imports,
+        # samples), and the first task in a fresh worker pays the handler's imports: a start's grace
         self.poll = min(1.0, timeout / 4)
-        # before its first unit a task only prepares on the host (imports, samples), and the
-        # first task in a fresh worker pays the handler's imports: the same grace as a start
         self.grace = max(120.0, 4 * timeout) if grace is None else grace
-        self.options = options
-        self.command = command
-        self.handlers = handlers
+        self.options, self.command, self.handlers = options, command, handlers
         self.kinds = tuple(sorted({t.kind for t in tasks}))
         self.header_extra = header
         self.path = out_dir / "journal.jsonl"
@@ -93,6 +91,8 @@ class Run:
         self.executor: Executor = executor or LocalExecutor()  # started by the caller
         self.devices = RunDevices(devices, capacity=self.executor.capacity(), grow=grow_to_devices)
         self.node_losses = 0
+        self.watch = MemoryWatch()  # a worker the OOM killer ends later is the host's fault, not its unit's
+
         self.pending: deque[Job] = self._open_journal(tasks, resume, workers, progress)
         self.n_workers = max(1, min(workers, len(self.pending)))
         self.threads = threads or max(1, (os.cpu_count() or 1) // self.n_workers)
@@ -231,6 +231,7 @@ class Run:
             handle.gone = True
             self._lost(handle, fault=True)
             handle.job = None
+            check_infrastructure(msg.message, None, self.out_dir, None)  # a full disk is no unit's fault
             self._fault(job, msg.unit, skip)
 
     def _drain(self, handle: Worker) -> None:
@@ -269,6 +270,7 @@ class Run:
             self.progress.note(f"node lost: task {job.task.id} runs again on another worker ({message})")
             self.pending.appendleft(job)
         elif job is not None:
+            check_infrastructure(message, sig, self.out_dir, self.watch)  # a full disk, the OOM killer: the run's
             self._fault(job, handle.unit, Skip(FaultOutcome.crashed, message, sig))
 
     def _expire(self, now: float) -> None:

@@ -219,6 +219,9 @@ def _user(ref: str, dtype: torch.dtype, seed: int) -> Workload:
     torch.manual_seed(seed)
     try:
         got = factory()
+    except SystemExit as exc:  # exit() or argparse reading opmatrix's own argv: not a model
+        raise BadFactory(f"workload factory {ref} called exit({exc.code!r}) instead of returning (model, inputs); "
+                         "a factory must not exit or parse the command line") from None
     except Exception as exc:  # noqa: BLE001 - the user's code failed: say how, in one line
         from opmatrix.schema.userref import import_failure
 

@@ -30,6 +30,9 @@ def check_factory(ref: str, flag: str) -> None:
         raise UsageError(f"{flag}: {ref!r} is not pkg.module:factory")
     try:
         module = import_user_module(module_name)
+    except SystemExit as exc:  # a module that exits (or parses argv) when imported
+        raise UsageError(f"{flag}: {ref!r}: importing {module_name!r} called exit({exc.code!r}); a module named "
+                         "here must not exit or parse the command line when imported") from None
     except Exception as exc:  # noqa: BLE001 - whatever the import raised is the message
         raise UsageError(f"{flag}: {ref!r}: cannot import {module_name!r}: {import_failure(exc)}") from None
     if not callable(getattr(module, attr, None)):
