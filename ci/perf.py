@@ -22,7 +22,8 @@ import fnmatch
 from collections.abc import Iterable
 
 from opmatrix.matrix.perfstats import comparison_groups, incomparable, load_records, ratio_ci
-from opmatrix.schema import Contract, FallbackPolicy, FallbackState, Mode
+from opmatrix.matrix.workloads import base_name
+from opmatrix.schema import Contract, FallbackPolicy, FallbackState, Mode, OpName
 from opmatrix.schema.gate import CellRef, CellStatus, RequirementResult, Status
 from opmatrix.schema.perf import PerfRecord, PerfRequirement
 
@@ -118,12 +119,6 @@ def evaluate_perf(
     return result(Status.failed if bad else Status.passed, summary + (f", {bad} fail" if bad else ""), cells)
 
 
-def _base(name: str) -> str:
-    """``aten::_softmax`` / ``aten._softmax.default`` -> ``aten._softmax`` (an op, any overload)."""
-    parts = name.replace("::", ".").split(".")
-    return ".".join(parts[:2]) if parts[0] == "aten" and len(parts) > 1 else ".".join(parts)
-
-
 def forbidden_in_perf(contract: Contract, probed: Iterable[str]) -> list[str]:
     """The overloads (or patterns, without a matrix to resolve them) whose requirement's fallback
     policy, or the contract's, is ``forbidden_in_perf``."""
@@ -134,6 +129,17 @@ def forbidden_in_perf(contract: Contract, probed: Iterable[str]) -> list[str]:
                 selection = resolve_ops(req.ops, probed)
                 out.update(selection.ops, selection.unmatched)
     return sorted(out)
+
+
+def _same_op(seen: str, required: str) -> bool:
+    """Whether an op a record saw on the host (``aten::sort``) is a required one (an overload name,
+    any of its overloads, or a pattern left unresolved without a matrix)."""
+    if base_name(seen) == base_name(required):
+        return True
+    try:
+        return fnmatch.fnmatchcase(str(OpName.parse(seen, shorthand=True)), required)
+    except ValueError:
+        return False
 
 
 def evaluate_perf_fallback(required: list[str], *, rid: str, level: int, blocking: bool,
@@ -149,12 +155,10 @@ def evaluate_perf_fallback(required: list[str], *, rid: str, level: int, blockin
 
     if records is None:
         return result(Status.unknown, "no performance records given (opmatrix gate --records DIR): unproven", [])
-    bases = {_base(op): op for op in required}
     cells = []
     for rid_, rec in sorted(records.items()):
         hit = [] if rec.fallback.state is not FallbackState.observed else sorted(
-            {bases[b] for op in rec.fallback.ops for b in bases
-             if _base(op) == b or fnmatch.fnmatchcase(op.replace("::", "."), bases[b])})
+            {req for op in rec.fallback.ops for req in required if _same_op(op, req)})
         if hit:
             cells.append(CellRef(op=f"perf:{rid_}", mode=Mode(rec.subject.mode), status=CellStatus.failed, reason=(
                 f"record {rid_} observed host fallback of required {', '.join(hit)} (ran on the host: "
