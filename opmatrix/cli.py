@@ -162,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code."""
     _tolerant_streams()
     parser = build_parser()
-    args = parser.parse_args(argv)  # the CLI only parses: each verb's options object checks the values
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)  # the CLI only parses: each verb's options object checks the values
     if args.version:
         from opmatrix import __version__
 

@@ -36,15 +36,15 @@ class CliParser(argparse.ArgumentParser):
     def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
                          namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
         """As argparse, but a verb's unknown ``--option`` is an error before its required ones are."""
-        if args is not None and self._subparsers is None:
+        if args is not None:
             self._refuse_unknown_options(list(args))
         return super().parse_known_args(args, namespace)
 
     def _refuse_unknown_options(self, args: list[str]) -> None:
         known = [flag for action in self._actions for flag in action.option_strings if flag.startswith("--")]
         for arg in args:
-            if arg == "--":
-                return
+            if arg == "--" or (self._subparsers is not None and not arg.startswith("-")):
+                return  # the rest is positional, or the verb's to check (its own parser does)
             if not arg.startswith("--"):
                 continue
             flag = arg.partition("=")[0]

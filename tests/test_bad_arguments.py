@@ -100,6 +100,7 @@ CASES = [
     (["gate", "--matrx", MATRIX, "--contract", "c.yaml"], "opmatrix gate: unknown option --matrx; did you mean --matrix?"),
     (["probe", "--backend", "cpu", "--zzzzzz"], "opmatrix probe: unknown option --zzzzzz (see opmatrix probe --help)"),
     (["prob", "--backend", "cpu"], "opmatrix: unknown command 'prob'; did you mean 'probe'? (see opmatrix --help)"),
+    (["--versoin", "probe"], "opmatrix: unknown option --versoin; did you mean --version? (see opmatrix --help)"),
 ]
 
 

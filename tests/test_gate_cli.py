@@ -90,3 +90,18 @@ def test_invalid_matrix_and_today_exit_2(tmp_path: Path) -> None:
     m = _write(tmp_path, "g2.yaml", g2_matrix())
     today = run_cli("gate", "--matrix", m, "--contract", contract, "--today", "tomorrow")
     assert today.returncode == 2 and "--today: 'tomorrow' is not a date; expected YYYY-MM-DD" in today.stderr
+
+
+def test_gate_prints_the_units_not_run_as_probe_does(tmp_path: Path) -> None:
+    """A matrix with units OpInfo never yielded: the gate still passes, and says which units no
+    requirement could see and why, in the words probe prints (no fault is blamed)"""
+    reason = "not run: OpInfo's sample generation raised after 2 samples (RuntimeError: from=1 >= to=1)"
+    model = g2_matrix().model_copy(update={"not_run": {"bmm.triton_optimized|int32 samples after #1": reason,
+                                                       "bmm.triton_optimized|int64 samples after #1": reason}})
+    out = run_cli("gate", "--matrix", _write(tmp_path, "g2.yaml", model), "--contract", str(CONTRACTS / "refaccel-g2.yaml"))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.splitlines()[-2:] == [
+        "2 units not run (OpInfo's sample generation raised before yielding them: 2): no cells, never counted as probed",
+        "  - 2 units of bmm.triton_optimized (int32, int64): OpInfo's sample generation raised after 2 samples "
+        "(RuntimeError: from=1 >= to=1)"]
+    assert "fault" not in out.stdout.split("not run")[-1]
