@@ -53,12 +53,13 @@ class RefaccelAdapter(Adapter):
         """``OPMATRIX_REFACCEL_FAULT`` must name known modes and overloads that exist, and
         ``OPMATRIX_REFACCEL_DEVICES`` / ``OPMATRIX_REFACCEL_BAD_DEVICE`` be well formed."""
         from . import runtime
-        from .faults import BAD_ENV, _parse_bad, check_bad_device, check_spec
+        from .faults import BAD_ENV, _parse_bad, check_bad_device, check_slowdown, check_spec
 
         problems = check_spec(os.environ.get("OPMATRIX_REFACCEL_FAULT", ""))
         count, problem = runtime.configured_devices()
         problems += [problem] if problem else []
         problems += [p for p in [runtime.driver_problem()] if p]
+        problems += check_slowdown(os.environ.get("OPMATRIX_REFACCEL_SLOWDOWN", ""))
         bad = os.environ.get(BAD_ENV, "")
         problems += check_bad_device(bad) or [
             f"{BAD_ENV}: device {index} in {bad.strip()!r} is not one of refaccel's {count} devices (0-{count - 1}); "
