@@ -356,3 +356,16 @@ def test_a_journal_that_cannot_grow_stops_the_run_with_exit_2_and_resume_finishe
     assert done.returncode == 0, done.stdout + done.stderr
     tasks = [json.loads(line)["task"] for line in (out / "journal.jsonl").read_text().splitlines()[1:]]
     assert sorted(tasks) == sorted(f"t{i}|float32" for i in range(12))
+
+
+def test_a_generic_privateuse1_backend_refuses_a_device_it_lacks_before_any_work(tmp_path: Path) -> None:
+    """toyaccel with two devices, counted by its device module once imported (no device call)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TOYACCEL_FLAVOUR": "fallback", "TOYACCEL_FAULT": "",
+           "TOYACCEL_DEVICES": "2"}
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "opmatrix", "probe", "--backend", "privateuse1:tests.toyaccel_plugin",
+                           "--ops", "add", "--dtypes", "float32", "--no-runtime", "--devices", "0,5", "--out", str(out)],
+                          env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "has devices 0-1; 5 is not one of them" in done.stderr and TRACEBACK not in done.stderr
+    assert not out.exists()
