@@ -243,6 +243,12 @@ class PrivateUse1Adapter(Adapter):
         problem = self.registration_problem()
         return [f"--backend {self.name}: {problem}"] if problem else []
 
+    def discovery(self) -> tuple[int | None, str | None]:
+        """The count the device module reports once the module is imported (``preflight`` imports it;
+        importing registers the device and must not initialise it), else unknown (None)."""
+        count, source = self.device_count()
+        return (None, None) if source.startswith("no ") else (count, None)
+
     def registration_problem(self) -> str | None:
         """What the imported module failed to register (None when the device is usable): a device
         name and the allocation kernels. A module found as a namespace package (a folder of that

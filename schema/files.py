@@ -8,7 +8,8 @@ holds all of them, one folder per kind::
     PosixPath('/tmp/c/matrices')
 
 The root is ``$OPMATRIX_CACHE_DIR``, else ``$XDG_CACHE_HOME/opmatrix``, else
-``~/.cache/opmatrix``; ``OPMATRIX_NO_CACHE=1`` turns every cache off (``cache_dir`` is None).
+``~/.cache/opmatrix``; ``OPMATRIX_NO_CACHE=1`` turns every cache off (``cache_dir`` is None; ``0``,
+``false``, ``no`` or ``off`` leave it on).
 Artifacts and cache entries are written atomically: a reader sees the old file or the new one,
 never half of one, and an unchanged file is not rewritten. A path that is not a regular file (a
 terminal, ``/dev/stdout``, a FIFO) is written in place, as a stream, never renamed over; ``-`` is
@@ -160,8 +161,8 @@ def _unwritable(path: str | os.PathLike[str]) -> str | None:
 
 def cache_dir(kind: str) -> Path | None:
     """The folder for caches of ``kind`` (``matrices``, ``opinfo``, ``overloads``), or None when off."""
-    if os.environ.get("OPMATRIX_NO_CACHE", "") not in ("", "0"):
-        return None
+    if os.environ.get("OPMATRIX_NO_CACHE", "").strip().lower() not in ("", "0", "false", "no", "off"):
+        return None  # "1", "true", "yes", "on" (the probe refuses any other value: probes/runner/settings.py)
     root = os.environ.get("OPMATRIX_CACHE_DIR")
     if not root:
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")

@@ -118,6 +118,15 @@ def test_an_emptied_or_foreign_opinfo_index_is_rebuilt_not_trusted(tmp_path: Pat
         source._index.cache_clear()
 
 
+def test_a_run_identity_that_is_a_fifo_is_a_miss_and_replaced(tmp_path: Path) -> None:
+    from opmatrix.probes.runner.identity import IDENTITY_FILE, cached_identity, store_identity
+
+    os.mkfifo(tmp_path / IDENTITY_FILE)
+    assert cached_identity(tmp_path, "fp") is None
+    store_identity(tmp_path, "fp", {"torch": "x"})
+    assert (tmp_path / IDENTITY_FILE).is_file() and "fp" in (tmp_path / IDENTITY_FILE).read_text()
+
+
 def test_an_overload_cache_that_is_a_fifo_is_empty_and_replaced(tmp_path: Path) -> None:
     from opmatrix.probes.ops.overloadcache import OverloadCache
 
@@ -268,6 +277,9 @@ def test_a_module_that_exits_on_import_is_an_error_naming_it(tmp_path: Path, mon
     ({"OPMATRIX_WORKER_START": "spwan"}, "OPMATRIX_WORKER_START: unknown value 'spwan'"),
     ({"OPMATRIX_PROGRESS": "bars"}, "OPMATRIX_PROGRESS: unknown value 'bars'"),
     ({"OPMATRIX_REFACCEL_GEN": "g9"}, "default generation 'g9'"),
+    ({"OPMATRIX_REFACCEL_SLOWDOWN": "aten::no_such_op:1.3"}, "OPMATRIX_REFACCEL_SLOWDOWN: 'aten::no_such_op'"),
+    ({"OPMATRIX_REFACCEL_SLOWDOWN": "aten::mm:0.5"}, "OPMATRIX_REFACCEL_SLOWDOWN: expected op:factor >= 1"),
+    ({"OPMATRIX_NO_CACHE": "maybe"}, "OPMATRIX_NO_CACHE: unknown value 'maybe'"),
 ])
 def test_a_setting_that_means_nothing_is_refused_before_any_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                   capsys: pytest.CaptureFixture[str],
@@ -344,3 +356,16 @@ def test_a_journal_that_cannot_grow_stops_the_run_with_exit_2_and_resume_finishe
     assert done.returncode == 0, done.stdout + done.stderr
     tasks = [json.loads(line)["task"] for line in (out / "journal.jsonl").read_text().splitlines()[1:]]
     assert sorted(tasks) == sorted(f"t{i}|float32" for i in range(12))
+
+
+def test_a_generic_privateuse1_backend_refuses_a_device_it_lacks_before_any_work(tmp_path: Path) -> None:
+    """toyaccel with two devices, counted by its device module once imported (no device call)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TOYACCEL_FLAVOUR": "fallback", "TOYACCEL_FAULT": "",
+           "TOYACCEL_DEVICES": "2"}
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "opmatrix", "probe", "--backend", "privateuse1:tests.toyaccel_plugin",
+                           "--ops", "add", "--dtypes", "float32", "--no-runtime", "--devices", "0,5", "--out", str(out)],
+                          env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "has devices 0-1; 5 is not one of them" in done.stderr and TRACEBACK not in done.stderr
+    assert not out.exists()

@@ -57,12 +57,13 @@ class RefaccelAdapter(Adapter):
         that injects ``poison-device`` gets a device-state folder of its own."""
         from . import runtime
         from .devicestate import STATE_ENV
-        from .faults import BAD_ENV, _parse_bad, check_bad_device, check_spec
+        from .faults import BAD_ENV, _parse_bad, check_bad_device, check_slowdown, check_spec
 
         problems = check_spec(os.environ.get("OPMATRIX_REFACCEL_FAULT", ""))
         count, problem = runtime.configured_devices()
         problems += [problem] if problem else []
         problems += [p for p in [runtime.driver_problem()] if p]
+        problems += check_slowdown(os.environ.get("OPMATRIX_REFACCEL_SLOWDOWN", ""))
         bad = os.environ.get(BAD_ENV, "")
         problems += check_bad_device(bad) or [
             f"{BAD_ENV}: device {index} in {bad.strip()!r} is not one of refaccel's {count} devices (0-{count - 1}); "

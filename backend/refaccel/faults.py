@@ -32,7 +32,7 @@ import torch
 
 from . import runtime
 
-__all__ = ["MODES", "RefaccelLaunchError", "ACTIVE", "BAD", "SLOW", "check_bad_device", "miscompute", "check_spec", "inject_fault", "clear_faults", "load_from_env", "slowed", "trigger"]
+__all__ = ["MODES", "RefaccelLaunchError", "ACTIVE", "BAD", "SLOW", "check_bad_device", "check_slowdown", "miscompute", "check_spec", "inject_fault", "clear_faults", "load_from_env", "slowed", "trigger"]
 
 MODES = ("crash", "abort", "hang", "oom", "fail", "poison-stream", "poison", "poison-device")
 #: op name -> mode; read by every kernel (an empty dict costs one truth test per call)
@@ -123,17 +123,34 @@ def miscompute(name: str, base: str, result: Any) -> Any:
         view.mul_(1.01).add_(0.01)
     return result
 
-def _load_slowdown() -> None:
-    spec = os.environ.get("OPMATRIX_REFACCEL_SLOWDOWN", "").strip()
+def _parse_slowdown(spec: str) -> tuple[dict[str, float], list[str]]:
+    found: dict[str, float] = {}
+    problems = []
     for item in filter(None, (s.strip() for s in spec.split(","))):
         op, sep, factor = item.rpartition(":")
         try:
             value = float(factor)
         except ValueError:
             value = 0.0
-        if not sep or not op or value < 1.0:
-            raise ValueError(f"OPMATRIX_REFACCEL_SLOWDOWN: expected op:factor >= 1 (e.g. aten::mm:1.3), got {item!r}")
-        SLOW[_normalise(op)] = value
+        if not sep or not op or not 1.0 <= value < float("inf"):
+            problems.append(f"OPMATRIX_REFACCEL_SLOWDOWN: expected op:factor >= 1 (e.g. aten::mm:1.3), got {item!r}")
+        elif not _op_exists(op):
+            problems.append(f"OPMATRIX_REFACCEL_SLOWDOWN: {op!r} in {item!r} matches no operator overload")
+        else:
+            found[_normalise(op)] = value
+    return found, problems
+
+
+def check_slowdown(spec: str) -> list[str]:
+    """Problems with an ``OPMATRIX_REFACCEL_SLOWDOWN`` value; empty when it is valid."""
+    return _parse_slowdown(spec)[1]
+
+
+def _load_slowdown() -> None:
+    found, problems = _parse_slowdown(os.environ.get("OPMATRIX_REFACCEL_SLOWDOWN", "").strip())
+    if problems:
+        raise ValueError(problems[0])
+    SLOW.update(found)
 
 
 def slowed(name: str, base: str, run: Any) -> Any:

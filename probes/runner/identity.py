@@ -32,6 +32,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from opmatrix.schema.files import read_cache_json, write_cache_entry
+
 from .evidence import FORMAT, EvidenceKey
 from .worker import CODE_SUFFIXES, code_hash
 
@@ -132,10 +134,7 @@ def cached_identity(out_dir: Path, fp: str | None) -> dict[str, Any] | None:
     """The identity the last run of ``out_dir`` recorded under fingerprint ``fp``, if any."""
     if fp is None:
         return None
-    try:
-        stored = json.loads((out_dir / IDENTITY_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    stored = read_cache_json(out_dir / IDENTITY_FILE)  # a FIFO or a link in a restored DIR: a miss, never a block
     if not isinstance(stored, dict) or stored.get("fingerprint") != fp or not isinstance(stored.get("identity"), dict):
         return None
     if stored.get("format") != FORMAT:  # written for another evidence-key format: a miss (one worker start)
@@ -151,10 +150,5 @@ def store_identity(out_dir: Path, fp: str | None, identity: Mapping[str, Any]) -
     """Record ``identity`` under ``fp`` for the next run (atomic; never fails the run)."""
     if fp is None:
         return
-    path = out_dir / IDENTITY_FILE
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(json.dumps({"format": FORMAT, "fingerprint": fp, "identity": dict(identity)}, sort_keys=True), encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)
+    write_cache_entry(out_dir / IDENTITY_FILE,
+                      json.dumps({"format": FORMAT, "fingerprint": fp, "identity": dict(identity)}, sort_keys=True))

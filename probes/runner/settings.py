@@ -15,6 +15,7 @@ __all__ = ["SETTINGS", "setting_problems"]
 SETTINGS: dict[str, tuple[str, ...]] = {
     "OPMATRIX_WORKER_START": ("spawn", "fork"),
     "OPMATRIX_PROGRESS": ("bar", "lines"),
+    "OPMATRIX_NO_CACHE": ("1", "0", "true", "false", "yes", "no", "on", "off"),
 }
 
 
