@@ -29,7 +29,7 @@ from typing import Any
 
 from opmatrix.schema import FaultOutcome
 
-from .calibrate import applied, current
+from .calibrate import Calibration, applied, current
 from .executor import Executor
 from .infra import InfrastructureFailure, io_cause
 from .plan import Aborted, RunSummary, default_max_restarts, ordered, sigterm_as_interrupt
@@ -89,12 +89,12 @@ def run(
         if executor is not None:
             executor.close([])  # e.g. a journal that cannot be resumed: stop what start() started
         raise
-    _drive(state)
+    _drive(state, calibration)
     _finish(state, started, progress)
     return state.summary
 
 
-def _drive(state: Run) -> None:
+def _drive(state: Run, calibration: Calibration) -> None:
     """Run the loop to its end, and say in the summary how it ended when it did not finish."""
     summary = state.summary
     again = state.command if "--resume" in state.command else f"{state.command} --resume"
