@@ -70,20 +70,17 @@ class Run:
                  grow_to_devices: bool = False, executor: Executor | None = None, grace: float | None = None):
         self.out_dir = out_dir
         self.started = time.monotonic()
-        self.backend, self.generation = backend, generation
-        self.timeout = timeout
+        self.backend, self.generation, self.timeout = backend, generation, timeout
         # how often the parent reads the unit boards when no message wakes it (a hang is called
         # within timeout + poll); before its first unit a task only prepares on the host (imports,
         # samples), and the first task in a fresh worker pays the handler's imports: a start's grace
-        self.poll = min(1.0, timeout / 4)
-        self.grace = max(120.0, 4 * timeout) if grace is None else grace
+        self.poll, self.grace = min(1.0, timeout / 4), max(120.0, 4 * timeout) if grace is None else grace
         self.options, self.command, self.handlers = options, command, handlers
         self.kinds = tuple(sorted({t.kind for t in tasks}))
         self.header_extra = header
         self.path = out_dir / "journal.jsonl"
         self.summary = RunSummary(planned=len(tasks), journal=self.path, restarts=0)
-        self.max_restarts = max_restarts
-        self.startup_failures = 0
+        self.max_restarts, self.startup_failures = max_restarts, 0
         self.run_key: str | None = None  # with the first worker's identity below: what the header says
         self.run_identity: Mapping[str, Any] | None = None
         self.workers: dict[int, Worker] = {}
@@ -92,7 +89,6 @@ class Run:
         self.devices = RunDevices(devices, capacity=self.executor.capacity(), grow=grow_to_devices)
         self.node_losses = 0
         self.watch = MemoryWatch()  # a worker the OOM killer ends later is the host's fault, not its unit's
-
         self.pending: deque[Job] = self._open_journal(tasks, resume, workers, progress)
         self.n_workers = max(1, min(workers, len(self.pending)))
         self.threads = threads or max(1, (os.cpu_count() or 1) // self.n_workers)
