@@ -22,7 +22,7 @@ import sysconfig
 import time
 from pathlib import Path
 
-from opmatrix.schema import Matrix, dump_model, load_matrix
+from opmatrix.schema import ExitCode, Matrix, dump_model, load_matrix
 from opmatrix.schema.perf import CompatCheck, CompatReport, CompatRun
 
 from .options import CompatOptions
@@ -167,4 +167,4 @@ def compat(args: CompatOptions) -> int:
                           measured_at=dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat())
     dump_model(report, out / "compat.yaml", command=args.command_line())
     print(f"report: {out / 'compat.yaml'}")
-    return 1 if any(r.error for r in runs) else 0
+    return ExitCode.FAILED if any(r.error for r in runs) else ExitCode.OK

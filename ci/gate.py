@@ -116,4 +116,4 @@ def gate(args: GateOptions) -> int:
         if args.json:
             write_output(args.json, json_text)
         sys.stdout.write(terminal_text(render_verdict(result)))
-    return 0 if result.passed else 1
+    return result.exit_code

@@ -23,6 +23,7 @@ from opmatrix.schema import (
     ArtifactError,
     BackendId,
     Evidence,
+    ExitCode,
     JournalHeader,
     Runtime,
     UsageError,
@@ -133,7 +134,7 @@ def query(args: QueryOptions) -> int:
         where = " ".join(str(v) for v in cell.values())
         given = f" with {', '.join(f'{k}={v}' for k, v in values.items())}" if values else ""
         print(f"{where}{given}: {answer.summary()}")
-    return 0
+    return ExitCode.OK
 
 
 def _print_entries(m: MatrixIndex, op: str, dtype: str | None, rank: int | None, layout: str | None,
@@ -149,7 +150,7 @@ def _print_entries(m: MatrixIndex, op: str, dtype: str | None, rank: int | None,
     if as_json:
         print(dumps_json({"op": op, "mode": mode, "contract": line,
                           "entries": [model_to_data(e) for e in entries]}, sort_keys=True))
-        return 0
+        return ExitCode.OK
     print(f"{op} contract (generated from the matrix): {line}")
     print(f"{len(entries)} box entr{'y' if len(entries) == 1 else 'ies'} ({mode}) match:")
     if not entries:
@@ -161,7 +162,7 @@ def _print_entries(m: MatrixIndex, op: str, dtype: str | None, rank: int | None,
             f"{op} {','.join(d.value for d in e.dtypes)} rank {ranks} {','.join(x.value for x in e.layouts)} "
             f"{e.mode.value}{conds}: {e.path.value} ({e.outcome.value}), {e.samples.passed}/{e.samples.probed} samples"
         )
-    return 0
+    return ExitCode.OK
 
 
 # -- diff ------------------------------------------------------------------------------------
@@ -188,4 +189,4 @@ def diff(args: DiffOptions) -> int:
         text = result.render_table() + render_workload_diff(changes)
         text += render_distributed(dist) if a.distributed or b.distributed else ""
         sys.stdout.write(terminal_text(text))
-    return 0
+    return ExitCode.OK

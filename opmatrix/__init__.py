@@ -21,6 +21,7 @@ from opmatrix.schema import (
     Contract,
     Entry,
     ExecPath,
+    ExitCode,
     Layout,
     Mode,
     Outcome,
@@ -41,7 +42,7 @@ _LAZY = {
 }
 
 __all__ = [
-    "__version__", "ArtifactError", "Contract", "Entry", "ExecPath", "Layout", "Mode", "Outcome",
+    "__version__", "ArtifactError", "Contract", "Entry", "ExecPath", "ExitCode", "Layout", "Mode", "Outcome",
     "load_contract", "load_matrix", *_LAZY,
 ]
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from opmatrix.schema import WorkloadStep
+from opmatrix.schema import ExitCode, WorkloadStep
 from opmatrix.schema.yamlload import dumps_json
 
 if TYPE_CHECKING:
@@ -112,4 +112,4 @@ def command(options: ExplainOptions) -> int:
     """Run ``opmatrix explain``: print the placement (or ``--json``); exit 2 for bad input."""
     report = placement(options)
     print(dumps_json(report.to_json(), indent=1) if options.json else report.text())
-    return 0
+    return ExitCode.OK

@@ -24,6 +24,7 @@ from opmatrix.schema import (
     PROCESS_FAULTS,
     ArtifactError,
     BackendId,
+    ExitCode,
     JournalHeader,
     UsageError,
     count_matrix,
@@ -132,10 +133,10 @@ def _report(plan: Any, summary: Any, matrix: Any) -> int:
     print(f"matrix:  {plan.out / 'matrix.yaml'}")
     if summary.aborted:
         print(f"aborted: {summary.message}", file=sys.stderr)
-        return 1
+        return ExitCode.FAILED
     if matrix.distributed and any(c.outcome.value in _PROCESS_FAULTS for c in matrix.distributed.cases):
-        return 1
-    return 1 if any(faults.get(k) for k in _PROCESS_FAULTS) else 0
+        return ExitCode.FAILED
+    return ExitCode.FAILED if any(faults.get(k) for k in _PROCESS_FAULTS) else ExitCode.OK
 
 
 def _claim(out: Path, kind: str, command: str, force: bool) -> DirClaim:
@@ -184,7 +185,7 @@ def _probe(options: ProbeOptions) -> int:
             executor=_executor(options, plan),
         )
         if summary.interrupted:  # the runner has said how many are recorded and how to resume
-            return 130
+            return ExitCode.INTERRUPTED
         with gc_paused():  # reading the journal and building the matrix: 60% faster without collections
             matrix = _build(plan, summary)
         if "distributed" in plan.suites:
@@ -279,4 +280,4 @@ def merge(options: MergeOptions) -> int:
         f"merged {len(options.journals)} journal(s), {len(bodies)} record(s): {len(model.operators)} operators, "
         f"{model.cell_count()} cells, {len(model.skipped)} skipped task(s) -> {out / 'matrix.yaml'}"
     )
-    return 0
+    return ExitCode.OK

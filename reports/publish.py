@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from opmatrix.schema import ArtifactError, Matrix, count_matrix, load_matrix, load_model
+from opmatrix.schema import ArtifactError, ExitCode, Matrix, count_matrix, load_matrix, load_model
 from opmatrix.schema.outdir import claim_dir
 from opmatrix.schema.perf import CompatReport
 
@@ -50,4 +50,4 @@ def report(args: ReportOptions) -> int:
         file=sys.stderr,
     )
     print(result.index)
-    return 0
+    return ExitCode.OK

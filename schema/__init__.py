@@ -29,6 +29,7 @@ from .enums import (
     Outcome,
     ReferenceKind,
 )
+from .exitcode import ExitCode
 from .gate import GateResult
 from .gcpause import gc_paused
 from .io import (
@@ -72,7 +73,7 @@ from .names import CellKey, OpName, TaskId, UnitId
 from .workloads import WorkloadRecord, WorkloadRequirement, WorkloadResult, WorkloadStep
 
 __all__ = [
-    "SCHEMA_VERSION", "DEFAULT_DTYPES", "PROCESS_FAULTS", "TENSOR", "CellKey", "FaultOutcome", "GateResult", "OpName",
+    "SCHEMA_VERSION", "DEFAULT_DTYPES", "PROCESS_FAULTS", "TENSOR", "CellKey", "ExitCode", "FaultOutcome", "GateResult", "OpName",
     "ApiCoverage", "ApiService", "ArtifactError", "Autograd", "BackendId", "CellRecord", "CellResult",
     "CheckResult", "Contract", "DType", "DeviceInfo", "Entry", "EntryPart", "ErrorInfo", "Evidence", "ExecPath",
     "FallbackEvidence", "FallbackPolicy", "FallbackState", "FlakyPolicy", "JournalHeader", "Layout",

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from opmatrix.schema import FaultOutcome, TaskRecord
+from opmatrix.schema import ExitCode, FaultOutcome, TaskRecord
 
 from .task import Skip, Task, resolve_handler
 
@@ -107,9 +107,9 @@ class RunSummary:
         return sum(self.faults.values())
 
     @property
-    def exit_code(self) -> int:
-        """130 interrupted, 1 aborted (restart cap / workers cannot start), else 0."""
-        return 130 if self.interrupted else 1 if self.aborted else 0
+    def exit_code(self) -> ExitCode:
+        """INTERRUPTED, FAILED when aborted (restart cap / workers cannot start), else OK."""
+        return ExitCode.INTERRUPTED if self.interrupted else ExitCode.FAILED if self.aborted else ExitCode.OK
 
 
 @dataclass

@@ -18,7 +18,7 @@ import time
 from typing import Any, TextIO
 
 from opmatrix.probes.options import DoctorOptions
-from opmatrix.schema import CheckResult, Runtime, RuntimeCheck
+from opmatrix.schema import CheckResult, ExitCode, Runtime, RuntimeCheck
 
 from .catalog import STAGES, by_name
 from .execute import run_checks, runtime_from_records
@@ -28,9 +28,10 @@ __all__ = ["doctor", "exit_code", "render"]
 _EVIDENCE_WIDTH = 78
 
 
-def exit_code(runtime: Runtime) -> int:
+def exit_code(runtime: Runtime) -> ExitCode:
     """1 when any level 0/1 check failed, else 0."""
-    return 1 if any(c.result is CheckResult.failed and c.level <= 1 for c in runtime.checks) else 0
+    failed = any(c.result is CheckResult.failed and c.level <= 1 for c in runtime.checks)
+    return ExitCode.FAILED if failed else ExitCode.OK
 
 
 def _cut(text: str, width: int) -> str:
