@@ -147,7 +147,7 @@ def _version_run(version: str, args: CompatOptions, out: Path) -> tuple[CompatRu
                      error=None if ok else f"opmatrix probe failed: {text}"), matrix
 
 
-def compat(args: CompatOptions) -> int:
+def compat(args: CompatOptions) -> ExitCode:
     """Run ``opmatrix compat``: 0 when every version ran, 1 when one could not (see the report).
 
     The backend and the ops are checked by the caller (``opmatrix.compat``), which may import the

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import sys
 from pathlib import Path
+from typing import TextIO
 
-from opmatrix.schema import ArtifactError, Matrix, load_contract, load_matrix
+from opmatrix.schema import ArtifactError, GateResult, Matrix, load_contract, load_matrix
 from opmatrix.schema.files import refuse_inputs_as_outputs, refuse_unwritable, write_output
 from opmatrix.schema.gate import GateCheck, Status
 from opmatrix.schema.text import terminal_text
@@ -29,7 +29,7 @@ from .junit import render_junit
 from .options import GateOptions
 from .summary import render_markdown, render_verdict
 
-__all__ = ["gate", "parse_today"]
+__all__ = ["gate", "parse_today", "show"]
 
 
 def parse_today(text: str | None) -> dt.date | None:
@@ -73,8 +73,11 @@ def _sealed(path: str, matrix: Matrix, allow_unsealed: bool) -> GateCheck:
                      "its content is not proven unedited")
 
 
-def gate(args: GateOptions) -> int:
-    """Run the gate; 0 pass, 1 blocked (2 comes from ArtifactError)."""
+def gate(args: GateOptions) -> GateResult:
+    """Judge the evidence against the contract; the result (``.verdict``, ``.exit_code``).
+
+    Writes the outputs asked for by path (``--junit``, ``--summary``, ``--json FILE``); prints
+    nothing: :func:`show` is what the CLI prints (``--json -`` streams the JSON there)."""
     from .compat import load_compat
     from .perf import load_records
 
@@ -105,15 +108,19 @@ def gate(args: GateOptions) -> int:
     if seals:
         result = result.model_copy(update={"checks": [*seals, *result.checks]})
 
-    json_text = result.model_dump_json(indent=2) + "\n"
     if args.junit:
         write_output(args.junit, render_junit(result))
     if args.summary_file:
         write_output(args.summary_file, render_markdown(result))
-    if args.json == "-":
-        sys.stdout.write(json_text)
-    else:
-        if args.json:
-            write_output(args.json, json_text)
-        sys.stdout.write(terminal_text(render_verdict(result)))
-    return result.exit_code
+    if args.json and args.json != "-":
+        write_output(args.json, _json_text(result))
+    return result
+
+
+def _json_text(result: GateResult) -> str:
+    return result.model_dump_json(indent=2) + "\n"
+
+
+def show(result: GateResult, args: GateOptions, out: TextIO) -> None:
+    """What ``opmatrix gate`` prints: the JSON result for ``--json -``, else the readable verdict."""
+    out.write(_json_text(result) if args.json == "-" else terminal_text(render_verdict(result)))

@@ -13,17 +13,17 @@ raises :class:`opmatrix.cli.UsageError` or :class:`~opmatrix.schema.ArtifactErro
 from __future__ import annotations
 
 import platform
-import sys
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from importlib import metadata
-from typing import Any
+from typing import Any, TextIO
 
 from opmatrix.schema import (
     TENSOR,
     ArtifactError,
     BackendId,
+    Entry,
     Evidence,
-    ExitCode,
     JournalHeader,
     Runtime,
     UsageError,
@@ -33,13 +33,15 @@ from opmatrix.schema import (
 from opmatrix.schema.text import terminal_text
 from opmatrix.schema.yamlload import dumps_json
 
+from .answer import Answer
 from .contract_line import contract_line
-from .diff import diff_matrices
+from .diff import MatrixDiff, diff_matrices
 from .keys import parse_dtype, parse_layout
 from .options import DiffOptions, QueryOptions
 from .query import MatrixIndex, UnknownOperatorError
 
-__all__ = ["diff", "merge_backend", "merge_evidence", "merge_runtime", "parse_arg", "query"]
+__all__ = ["OpEntries", "diff", "merge_backend", "merge_evidence", "merge_runtime", "parse_arg", "query", "show_diff",
+           "show_query"]
 
 
 # -- merge -----------------------------------------------------------------------------------
@@ -110,8 +112,29 @@ def parse_arg(text: str) -> tuple[str, Any]:
     return name, raw
 
 
-def query(args: QueryOptions) -> int:
-    """Print how OP runs for one cell (or the op's entries when dtype or rank is not given)."""
+@dataclass(frozen=True)
+class OpEntries:
+    """The answer to a query that names no single cell (no dtype or no rank): the op's matching
+    entries in one mode, with the contract line the matrix supports."""
+
+    op: str
+    mode: str
+    contract: str
+    entries: tuple[Entry, ...]
+
+
+@dataclass(frozen=True)
+class _Cell:
+    """A query's arguments, parsed once: the index, the op's full name, dtype, layout, argument values."""
+
+    index: MatrixIndex
+    op: str
+    dtype: str | None
+    layout: str | None
+    values: dict[str, Any]
+
+
+def _parse_query(args: QueryOptions) -> _Cell:
     m = MatrixIndex.load(args.matrix)
     try:
         op = m.resolve(args.op)
@@ -123,22 +146,40 @@ def query(args: QueryOptions) -> int:
         raise UsageError(str(exc)) from None
     if args.rank is not None and args.rank < 0:
         raise UsageError(f"--rank must be >= 0, got {args.rank}")
-    values = dict(parse_arg(a) for a in args.arg)
-    if dtype is None or args.rank is None:
-        return _print_entries(m, op, dtype, args.rank, layout, args.mode, args.json)
-    answer = m.query(op, dtype, args.rank, layout or "contiguous", args.mode, args=values or None)
-    cell = {"op": op, "dtype": dtype, "rank": args.rank, "layout": layout or "contiguous", "mode": args.mode}
+    return _Cell(m, op, dtype, layout, dict(parse_arg(a) for a in args.arg))
+
+
+def _answer(cell: _Cell, args: QueryOptions) -> Answer | OpEntries:
+    if cell.dtype is None or args.rank is None:
+        return _entries(cell.index, cell.op, cell.dtype, args.rank, cell.layout, args.mode)
+    return cell.index.query(cell.op, cell.dtype, args.rank, cell.layout or "contiguous", args.mode,
+                            args=cell.values or None)
+
+
+def query(args: QueryOptions) -> Answer | OpEntries:
+    """How OP runs for one cell (an :class:`Answer`), or the op's entries when dtype or rank is not given."""
+    return _answer(_parse_query(args), args)
+
+
+def show_query(args: QueryOptions, out: TextIO) -> None:
+    """What ``opmatrix query`` prints: the cell's answer (or the op's entries), as text or ``--json``."""
+    cell = _parse_query(args)
+    result = _answer(cell, args)
+    if isinstance(result, OpEntries):
+        return _print_entries(result, args.json, out)
+    shown = {"op": cell.op, "dtype": cell.dtype, "rank": args.rank, "layout": cell.layout or "contiguous",
+             "mode": args.mode}
     if args.json:
-        print(dumps_json({**cell, "args": values, **answer.to_dict()}, sort_keys=True))
+        print(dumps_json({**shown, "args": cell.values, **result.to_dict()}, sort_keys=True), file=out)
     else:
-        where = " ".join(str(v) for v in cell.values())
-        given = f" with {', '.join(f'{k}={v}' for k, v in values.items())}" if values else ""
-        print(f"{where}{given}: {answer.summary()}")
-    return ExitCode.OK
+        where = " ".join(str(v) for v in shown.values())
+        given = f" with {', '.join(f'{k}={v}' for k, v in cell.values.items())}" if cell.values else ""
+        print(f"{where}{given}: {result.summary()}", file=out)
+    return None
 
 
-def _print_entries(m: MatrixIndex, op: str, dtype: str | None, rank: int | None, layout: str | None,
-                   mode: str, as_json: bool) -> int:
+def _entries(m: MatrixIndex, op: str, dtype: str | None, rank: int | None, layout: str | None,
+             mode: str) -> OpEntries:
     entries = [
         e for e in m.model.boxes().get(op, [])
         if e.mode.value == mode
@@ -146,47 +187,60 @@ def _print_entries(m: MatrixIndex, op: str, dtype: str | None, rank: int | None,
         and (rank is None or rank in e.ranks)
         and (layout is None or layout in e.layouts)
     ]
-    line = contract_line(m.operators.get(op, []))
+    return OpEntries(op=op, mode=mode, contract=contract_line(m.operators.get(op, [])), entries=tuple(entries))
+
+
+def _print_entries(found: OpEntries, as_json: bool, out: TextIO) -> None:
+    op, mode, entries = found.op, found.mode, found.entries
     if as_json:
-        print(dumps_json({"op": op, "mode": mode, "contract": line,
-                          "entries": [model_to_data(e) for e in entries]}, sort_keys=True))
-        return ExitCode.OK
-    print(f"{op} contract (generated from the matrix): {line}")
-    print(f"{len(entries)} box entr{'y' if len(entries) == 1 else 'ies'} ({mode}) match:")
+        print(dumps_json({"op": op, "mode": mode, "contract": found.contract,
+                          "entries": [model_to_data(e) for e in entries]}, sort_keys=True), file=out)
+        return
+    print(f"{op} contract (generated from the matrix): {found.contract}", file=out)
+    print(f"{len(entries)} box entr{'y' if len(entries) == 1 else 'ies'} ({mode}) match:", file=out)
     if not entries:
-        print(f"{op} ({mode}): no probed entry matches; path unknown")
+        print(f"{op} ({mode}): no probed entry matches; path unknown", file=out)
     for e in entries:
         ranks = f"{e.ranks.min}" if e.ranks.min == e.ranks.max else f"{e.ranks.min}-{e.ranks.max}"
         conds = f" when {', '.join(f'{k}={v}' for k, v in sorted(e.conditions.items()))}" if e.conditions else ""
         print(
             f"{op} {','.join(d.value for d in e.dtypes)} rank {ranks} {','.join(x.value for x in e.layouts)} "
-            f"{e.mode.value}{conds}: {e.path.value} ({e.outcome.value}), {e.samples.passed}/{e.samples.probed} samples"
+            f"{e.mode.value}{conds}: {e.path.value} ({e.outcome.value}), {e.samples.passed}/{e.samples.probed} samples",
+            file=out,
         )
-    return ExitCode.OK
 
 
 # -- diff ------------------------------------------------------------------------------------
 
 
-def diff(args: DiffOptions) -> int:
-    """Print the cells better / worse / new / removed from matrix A to matrix B (exit 0)."""
+def diff(args: DiffOptions) -> MatrixDiff:
+    """The cells better / worse / new / removed from matrix A to matrix B, with the workload and
+    distributed changes."""
     a, b = load_matrix(args.a), load_matrix(args.b)
-    result = diff_matrices(a, b)
-    from .distributed import diff_distributed, render_distributed
-    from .workloads import diff_workloads, render_workload_diff
+    from .distributed import diff_distributed
+    from .workloads import diff_workloads
 
-    changes, dist = diff_workloads(a.workloads, b.workloads), diff_distributed(a, b)
-    if args.json:
+    return replace(diff_matrices(a, b), workloads=diff_workloads(a.workloads, b.workloads),
+                   distributed=tuple(diff_distributed(a, b)),
+                   has_distributed=a.distributed is not None or b.distributed is not None,
+                   has_workloads=bool(a.workloads or b.workloads))
+
+
+def show_diff(result: MatrixDiff, as_json: bool, out: TextIO) -> None:
+    """What ``opmatrix diff`` prints: the table of changes, or ``--json``."""
+    from .distributed import render_distributed
+    from .workloads import render_workload_diff
+
+    if as_json:
         import json
 
         data = json.loads(result.to_json())
-        if a.workloads or b.workloads:
-            data["workloads"] = changes
-        if dist:
-            data["distributed"] = [c.to_dict() for c in dist]
-        sys.stdout.write(dumps_json(data, indent=2, sort_keys=True) + "\n")
+        if result.has_workloads:
+            data["workloads"] = result.workloads
+        if result.distributed:
+            data["distributed"] = [c.to_dict() for c in result.distributed]
+        out.write(dumps_json(data, indent=2, sort_keys=True) + "\n")
     else:
-        text = result.render_table() + render_workload_diff(changes)
-        text += render_distributed(dist) if a.distributed or b.distributed else ""
-        sys.stdout.write(terminal_text(text))
-    return ExitCode.OK
+        text = result.render_table() + render_workload_diff(result.workloads)
+        text += render_distributed(list(result.distributed)) if result.has_distributed else ""
+        out.write(terminal_text(text))

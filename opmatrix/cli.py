@@ -27,16 +27,17 @@ if TYPE_CHECKING:
 
 __all__ = ["main", "UsageError", "add_options", "build_parser", "options_for"]
 
-#: verb -> "module:function" that implements it, taking the verb's options, returning an exit code.
+#: verb -> "module:function" that runs it for the CLI, taking the verb's options, returning an exit code
+#: (:mod:`opmatrix.commands` renders what the library returns).
 HANDLERS: dict[str, str] = {
-    "probe": "opmatrix.api:probe",
+    "probe": "opmatrix.commands:probe",
     "merge": "opmatrix.api:merge",
     "validate": "opmatrix.cli:_validate",
-    "query": "opmatrix.api:query",
-    "report": "opmatrix.api:report",
-    "gate": "opmatrix.api:gate",
-    "diff": "opmatrix.api:diff",
-    "doctor": "opmatrix.api:doctor",
+    "query": "opmatrix.commands:query",
+    "report": "opmatrix.commands:report",
+    "gate": "opmatrix.commands:gate",
+    "diff": "opmatrix.commands:diff",
+    "doctor": "opmatrix.commands:doctor",
     "schema": "opmatrix.cli:_schema",
     "explain": "opmatrix.explanation:command",
     "bench": "opmatrix.api:bench",

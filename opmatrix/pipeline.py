@@ -17,6 +17,7 @@ results); 1 when the run aborted (restart cap) or a cell crashed, hung or poison
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,8 +27,8 @@ from opmatrix.schema import (
     BackendId,
     ExitCode,
     JournalHeader,
+    Matrix,
     UsageError,
-    count_matrix,
     dump_model,
     gc_paused,
     write_text_atomic,
@@ -39,8 +40,9 @@ from opmatrix.schema.outdir import DirClaim, check_out_path, claim_dir
 if TYPE_CHECKING:
     from opmatrix.options import MergeOptions
     from opmatrix.probes.options import ProbeOptions
+    from opmatrix.probes.runner import RunSummary
 
-__all__ = ["merge", "probe"]
+__all__ = ["ProbeResult", "merge", "probe"]
 
 #: outcomes that mean a process died or a context broke: the probe exits 1
 _PROCESS_FAULTS = frozenset(f.value for f in PROCESS_FAULTS)
@@ -113,30 +115,26 @@ def _build(plan: Any, summary: Any) -> Any:
     return matrix
 
 
-def _report(plan: Any, summary: Any, matrix: Any) -> int:
-    identity: BackendId = plan.backend_id
-    faults = {k: v for k, v in sorted(summary.faults.items()) if v}
-    who = f"{identity.name}{'/' + identity.generation if identity.generation else ''}"
-    if summary.planned or matrix.operators:
-        print(f"{who}: {summary.recorded}/{summary.planned} tasks ({summary.reused} reused), {len(matrix.skipped)} "
-              f"skipped task(s), {summary.seconds:.1f} s")
-        print(f"matrix: {count_matrix(matrix).line()}")
-    else:  # a run of suites without runner tasks (distributed only): no empty task or cell line
-        print(f"{who}: no operator, runtime or workload task in this run")
-    if faults:
-        print("faulted cells: " + ", ".join(f"{k} {v}" for k, v in faults.items()))
-    from opmatrix.probes.workloads.cli import summary_lines
+@dataclass(frozen=True)
+class ProbeResult:
+    """What ``probe`` left: where it wrote, the runner's summary, the matrix (None when
+    interrupted: ``--resume`` continues) and the exit code."""
 
-    for line in summary_lines(matrix.workloads):
-        print(line)
-    print(f"journal: {plan.out / JOURNAL}")
-    print(f"matrix:  {plan.out / 'matrix.yaml'}")
+    backend: BackendId
+    journal: Path
+    matrix_path: Path
+    summary: RunSummary
+    matrix: Matrix | None
+    exit_code: ExitCode
+
+
+def _exit_code(summary: Any, matrix: Matrix) -> ExitCode:
+    """FAILED when the run aborted or a cell (or distributed case) crashed, hung or poisoned its worker."""
     if summary.aborted:
-        print(f"aborted: {summary.message}", file=sys.stderr)
         return ExitCode.FAILED
     if matrix.distributed and any(c.outcome.value in _PROCESS_FAULTS for c in matrix.distributed.cases):
         return ExitCode.FAILED
-    return ExitCode.FAILED if any(faults.get(k) for k in _PROCESS_FAULTS) else ExitCode.OK
+    return ExitCode.FAILED if any(summary.faults.get(k) for k in _PROCESS_FAULTS) else ExitCode.OK
 
 
 def _claim(out: Path, kind: str, command: str, force: bool) -> DirClaim:
@@ -145,8 +143,11 @@ def _claim(out: Path, kind: str, command: str, force: bool) -> DirClaim:
     return claim
 
 
-def probe(options: ProbeOptions) -> int:
-    """Run ``opmatrix probe``: check, lock ``--out``, run the workers, build DIR/matrix.yaml."""
+def probe(options: ProbeOptions) -> ProbeResult:
+    """Run ``opmatrix probe``: check, lock ``--out``, run the workers, build DIR/matrix.yaml.
+
+    Prints no result (the CLI renders the :class:`ProbeResult`); the runner's progress goes to
+    stderr unless ``options.quiet``."""
     from opmatrix.probes.runner.zygote import stop
 
     try:
@@ -155,7 +156,7 @@ def probe(options: ProbeOptions) -> int:
         stop()  # a zygote started for the plan (a first run) and never used: the run stops its own
 
 
-def _probe(options: ProbeOptions) -> int:
+def _probe(options: ProbeOptions) -> ProbeResult:
     from opmatrix.probes.planning import plan_probe
 
     if options.out:
@@ -185,7 +186,8 @@ def _probe(options: ProbeOptions) -> int:
             executor=_executor(options, plan),
         )
         if summary.interrupted:  # the runner has said how many are recorded and how to resume
-            return ExitCode.INTERRUPTED
+            return ProbeResult(plan.backend_id, plan.out / JOURNAL, plan.out / "matrix.yaml", summary, None,
+                               ExitCode.INTERRUPTED)
         with gc_paused():  # reading the journal and building the matrix: 60% faster without collections
             matrix = _build(plan, summary)
         if "distributed" in plan.suites:
@@ -193,7 +195,8 @@ def _probe(options: ProbeOptions) -> int:
 
             matrix = attach_distributed(matrix, options.backend, options.generation, plan.out, progress=not options.quiet)
         dump_model(matrix, plan.out / "matrix.yaml", command=plan.command)
-    return _report(plan, summary, matrix)
+    return ProbeResult(plan.backend_id, plan.out / JOURNAL, plan.out / "matrix.yaml", summary, matrix,
+                       _exit_code(summary, matrix))
 
 
 def _executor(options: ProbeOptions, plan: Any) -> Any:
@@ -247,7 +250,7 @@ def _same_run(headers: list[JournalHeader], paths: list[str]) -> None:
 
 
 
-def merge(options: MergeOptions) -> int:
+def merge(options: MergeOptions) -> ExitCode:
     """Join shard journals into DIR/journal.jsonl and build DIR/matrix.yaml from them."""
     from opmatrix.matrix.build import build_matrix
     from opmatrix.matrix.journal import dumps_records, merge_records

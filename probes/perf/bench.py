@@ -126,7 +126,7 @@ def measure_all(specs: list[dict[str, Any]], runs: int, timeout: float) -> tuple
     return merged, list(failed.values())
 
 
-def bench(args: BenchOptions) -> int:
+def bench(args: BenchOptions) -> ExitCode:
     """Run ``opmatrix bench``; 0 when every subject produced a record, 1 otherwise.
 
     Every argument is checked (the options, the subjects, the backend and its generation) before
