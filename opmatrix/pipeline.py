@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from opmatrix.schema import (
     PROCESS_FAULTS,
@@ -40,7 +40,9 @@ from opmatrix.schema.outdir import DirClaim, check_out_path, claim_dir
 if TYPE_CHECKING:
     from opmatrix.options import MergeOptions
     from opmatrix.probes.options import ProbeOptions
+    from opmatrix.probes.planning import ProbePlan
     from opmatrix.probes.runner import RunSummary
+    from opmatrix.probes.runner.executor import Executor
 
 __all__ = ["ProbeResult", "merge", "probe"]
 
@@ -57,7 +59,7 @@ def _say(notes: list[str]) -> None:
 # -- probe -----------------------------------------------------------------------------------
 
 
-def _check_journals(plan: Any, resume: bool) -> None:
+def _check_journals(plan: ProbePlan, resume: bool) -> None:
     """Before any worker: the journals in ``--out`` read cleanly, and ``--resume`` is this run's."""
     journal = plan.out / JOURNAL
     for path in (journal, journal.with_name(JOURNAL + ".prev")):
@@ -83,9 +85,9 @@ def _check_journals(plan: Any, resume: bool) -> None:
             )
 
 
-def _differences(header: JournalHeader, plan: Any) -> list[str]:
+def _differences(header: JournalHeader, plan: ProbePlan) -> list[str]:
     if header.run is not None:
-        return plan.identity.differences(header.run)  # type: ignore[no-any-return]
+        return plan.identity.differences(header.run)
     out = []  # a journal from before run identities: its backend and generation at least
     if header.backend != plan.identity.backend:
         out.append(f"backend ({header.backend!r} in the journal, {plan.identity.backend!r} now)")
@@ -99,7 +101,7 @@ def _selected(records: list[Record], planned: set[str]) -> list[Record]:
     return [r for r in records if isinstance(r, JournalHeader) or r.task in planned]
 
 
-def _build(plan: Any, summary: Any) -> Any:
+def _build(plan: ProbePlan, summary: RunSummary) -> Matrix:
     from opmatrix.matrix.build import build_matrix
     from opmatrix.probes.planning import probe_evidence, worker_evidence
 
@@ -128,7 +130,7 @@ class ProbeResult:
     exit_code: ExitCode
 
 
-def _exit_code(summary: Any, matrix: Matrix) -> ExitCode:
+def _exit_code(summary: RunSummary, matrix: Matrix) -> ExitCode:
     """FAILED when the run aborted or a cell (or distributed case) crashed, hung or poisoned its worker."""
     if summary.aborted:
         return ExitCode.FAILED
@@ -176,13 +178,13 @@ def _probe(options: ProbeOptions) -> ProbeResult:
         raise
     with claim:
         from opmatrix.probes.handlers import TASK_HANDLERS
-        from opmatrix.probes.runner import run
+        from opmatrix.probes.runner import EngineOptions, run
 
         summary = run(
             plan.tasks, backend=options.backend, generation=options.generation, out_dir=plan.out, workers=options.workers,
             threads=options.threads, timeout=options.timeout, resume=options.resume, devices=plan.devices, shard=plan.shard,
-            max_restarts=options.max_restarts, options={"op_source_hash": plan.source.hash if plan.source else ""},
-            progress=not options.quiet, command=plan.command, header={"run": plan.identity}, handlers=TASK_HANDLERS,
+            max_restarts=options.max_restarts, options=EngineOptions(op_source_hash=plan.source.hash if plan.source else ""),
+            progress=not options.quiet, command=plan.command, run_identity=plan.identity, handlers=TASK_HANDLERS,
             executor=_executor(options, plan),
         )
         if summary.interrupted:  # the runner has said how many are recorded and how to resume
@@ -199,7 +201,7 @@ def _probe(options: ProbeOptions) -> ProbeResult:
                        _exit_code(summary, matrix))
 
 
-def _executor(options: ProbeOptions, plan: Any) -> Any:
+def _executor(options: ProbeOptions, plan: ProbePlan) -> Executor | None:
     """Where the workers run: None (this host's processes) or Ray actors, one per device of a cluster."""
     if options.executor != "ray":
         return None

@@ -42,15 +42,15 @@ def _now() -> str:
 
 def plan_op_tasks(sources: list[str], dtypes: list[str], options: dict[str, Any]) -> list[Task]:
     """One ``op`` task per (OpInfo, dtype), in a stable order."""
-    from opmatrix.probes.ops import task_id
+    from opmatrix.probes.ops import OpPayload, task_id
     from opmatrix.probes.runner import Task
 
     tasks: list[Task] = []
     for i, source in enumerate(sources):
         for j, dtype in enumerate(dtypes):
             tasks.append(
-                Task(id=task_id(source, dtype), kind="op", payload={"source": source, "dtype": dtype, "options": options},
-                     order=i * len(dtypes) + j)
+                Task(id=task_id(source, dtype), kind="op",
+                     payload=OpPayload(source=source, dtype=dtype, options=options).model_dump(), order=i * len(dtypes) + j)
             )
     return tasks
 

@@ -13,7 +13,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel
 
@@ -139,12 +138,12 @@ class Job:
         """A task record with what the runner knows of its attempts: how many, the last worker."""
         if not isinstance(record, TaskRecord):
             return record
-        stamp: dict[str, Any] = {"attempts": max(self.attempts, 1), "worker": worker}
+        seconds = record.seconds
         if not record.seconds or self.attempts > 1:
             # a task that faulted ran over several workers: its time is all of them (the
             # handler knows only its last attempt), which is what scheduling needs next time
-            stamp["seconds"] = round(time.monotonic() - self.started, 3)
-        return record.model_copy(update=stamp)
+            seconds = round(time.monotonic() - self.started, 3)
+        return record.model_copy(update={"attempts": max(self.attempts, 1), "worker": worker, "seconds": seconds})
 
 
 #: faults worth a second try in a fresh worker: the process died, which accumulated state (a JIT

@@ -22,10 +22,9 @@ import json
 import os
 import time
 from collections import deque
-from collections.abc import Mapping
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
@@ -34,9 +33,9 @@ from opmatrix.schema.journalfile import parse_record
 
 from . import zygote
 from .devices import RunDevices
-from .evidence import EvidenceKey
+from .evidence import EngineOptions, WorkerIdentity
 from .executor import Executor, LocalExecutor, Worker
-from .header import header_line
+from .header import journal_header
 from .identity import IDENTITY_FILE, cached_identity, fingerprint, store_identity
 from .journal import open_run_journal, task_key
 from .messages import Done, FromWorker, Poisoned, Ready, RunTask, SetupFailed
@@ -57,6 +56,9 @@ from .plan import (
 from .task import Skip, Task, resolve_handler
 from .worker import WorkerSpec
 
+if TYPE_CHECKING:
+    from opmatrix.schema.journal import RunIdentity
+
 __all__ = ["MAX_TASK_FAULTS", "Run", "RunSummary", "default_max_restarts", "fault_budget"]
 
 
@@ -64,9 +66,9 @@ class Run:
     """One run's state; :func:`run` is its public face."""
 
     def __init__(self, tasks: list[Task], out_dir: Path, *, backend: str, generation: str | None, workers: int,
-                 timeout: float, resume: bool, devices: list[int] | str | None, max_restarts: int, options: dict[str, Any],
+                 timeout: float, resume: bool, devices: list[int] | str | None, max_restarts: int, options: EngineOptions,
                  progress: bool, command: str, handlers: dict[str, str], threads: int | None,
-                 header: dict[str, Any], grow_to_devices: bool = False, executor: Executor | None = None):
+                 run_identity: RunIdentity | None, grow_to_devices: bool = False, executor: Executor | None = None):
         self.out_dir = out_dir
         self.started = time.monotonic()
         self.backend, self.generation = backend, generation
@@ -81,7 +83,7 @@ class Run:
         self.command = command
         self.handlers = handlers
         self.kinds = tuple(sorted({t.kind for t in tasks}))
-        self.header_extra = header
+        self.run_identity = run_identity
         self.path = out_dir / "journal.jsonl"
         self.summary = RunSummary(planned=len(tasks), journal=self.path, restarts=0)
         self.max_restarts = max_restarts
@@ -98,7 +100,8 @@ class Run:
         self.threads = threads or max(1, (os.cpu_count() or 1) // self.n_workers)
         self.fingerprint = fingerprint(backend, generation, devices=devices if isinstance(devices, list) else None,
                                        kinds=self.kinds, handlers=handlers,
-                                       options={**options, **({"devices": devices} if isinstance(devices, str) else {})})
+                                       options={**options.model_dump(),
+                                                **({"devices": devices} if isinstance(devices, str) else {})})
         cached = cached_identity(out_dir, self.fingerprint) if self.reusable and self.pending else None
         if cached is not None:  # an unchanged host-identified backend: reuse without starting a worker
             self._adopt(self._key(cached), cached)
@@ -106,7 +109,7 @@ class Run:
     def _open_journal(self, tasks: list[Task], resume: bool, workers: int, progress: bool) -> deque[Job]:
         """Open (or resume) the journal, set up progress and reuse; the jobs still to run."""
         opened = open_run_journal(self.path, tasks, resume=resume, workers=workers, progress=progress)
-        self.resumed_header, self.reusable, self.progress = opened.header, opened.reusable, opened.progress
+        self.resumed_key, self.reusable, self.progress = opened.resumed_key, opened.reusable, opened.progress
         self.journal, self.summary.resumed = opened.journal, opened.resumed
         return deque(Job(t) for t in opened.todo)
 
@@ -164,10 +167,10 @@ class Run:
 
     # -- messages ----------------------------------------------------------------------------
 
-    def _key(self, identity: Mapping[str, Any]) -> str:
-        return str(EvidenceKey.from_identity(identity, str(self.options.get("op_source_hash", ""))))
+    def _key(self, identity: WorkerIdentity) -> str:
+        return str(identity.evidence_key(self.options.op_source_hash))
 
-    def _on_ready(self, handle: Worker, identity: dict[str, Any]) -> None:
+    def _on_ready(self, handle: Worker, identity: WorkerIdentity) -> None:
         handle.ready = True
         handle.deadline = float("inf")
         self.startup_failures = 0
@@ -186,17 +189,17 @@ class Run:
         store_identity(self.out_dir, self.fingerprint, identity)
         self._adopt(key, identity)
 
-    def _adopt(self, key: str, identity: Mapping[str, Any]) -> None:
+    def _adopt(self, key: str, identity: WorkerIdentity) -> None:
         """Take the run's evidence key: write the header, reuse every task whose key is unchanged."""
         self.run_key = key
-        if self.resumed_header and self.resumed_header.get("evidence_key") != key:
+        if self.resumed_key is not None and self.resumed_key != key:
             self.progress.note(
                 "warning: resuming a journal started with a different build; each record keeps its own evidence key"
             )
         if self.journal.empty:
-            self.journal.append(header_line(
+            self.journal.append(journal_header(
                 key, identity, backend=self.backend, generation=self.generation, planned=self.summary.planned,
-                command=self.command, extra=self.header_extra))
+                command=self.command, run=self.run_identity).model_dump_json())
         keep: deque[Job] = deque()
         for job in self.pending:
             job.key = task_key(key, job.task)
