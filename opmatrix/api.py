@@ -32,8 +32,7 @@ if TYPE_CHECKING:
     from opmatrix.matrix.verbs import OpEntries
     from opmatrix.options import ExplainOptions, MergeOptions
     from opmatrix.pipeline import ProbeResult
-    from opmatrix.probes.options import BenchOptions, DoctorOptions, ProbeOptions
-    from opmatrix.probes.runtime.doctor import DoctorReport
+    from opmatrix.probes import BenchOptions, DoctorOptions, DoctorReport, ProbeOptions
     from opmatrix.reports.options import ReportOptions
     from opmatrix.reports.site import SiteResult
     from opmatrix.schema import ExitCode, GateResult
@@ -84,7 +83,7 @@ def explain(options: ExplainOptions) -> Placement:
 
 def bench(options: BenchOptions) -> ExitCode:
     """Measure workloads and hot ops into ``options.out`` (one performance record per subject)."""
-    from opmatrix.probes.perf.bench import bench as run_bench
+    from opmatrix.probes import bench as run_bench
 
     return run_bench(options)
 
@@ -92,8 +91,7 @@ def bench(options: BenchOptions) -> ExitCode:
 def compat(options: CompatOptions) -> ExitCode:
     """Probe the op set under each torch version of ``options.torch`` into ``options.out``/compat.yaml."""
     from opmatrix.ci.compatrun import compat as run_compat
-    from opmatrix.probes.ops.source import UnknownOp, select_ops
-    from opmatrix.probes.planning import checked_adapter
+    from opmatrix.probes import UnknownOp, checked_adapter, select_ops
     from opmatrix.schema import UsageError
 
     checked_adapter(options.backend, options.generation)  # what the per-version probes would refuse, refused first
@@ -107,7 +105,7 @@ def compat(options: CompatOptions) -> ExitCode:
 def doctor(options: DoctorOptions) -> DoctorReport:
     """The level 0/1 checks (level 5: and the distributed suite): the runtime report, ``.exit_code``
     OK when none fails."""
-    from opmatrix.probes.runtime.doctor import doctor as run_doctor
+    from opmatrix.probes import doctor as run_doctor
 
     return run_doctor(options)
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from opmatrix.ci.options import GateOptions
     from opmatrix.matrix.options import DiffOptions, QueryOptions
     from opmatrix.pipeline import ProbeResult
-    from opmatrix.probes.options import DoctorOptions, ProbeOptions
+    from opmatrix.probes import DoctorOptions, ProbeOptions
     from opmatrix.reports.options import ReportOptions
 
 __all__ = ["diff", "doctor", "gate", "probe", "query", "render_probe", "report"]
@@ -39,7 +39,7 @@ def render_probe(result: ProbeResult) -> None:
     if matrix is None:
         return
     if matrix.distributed is not None:
-        from opmatrix.probes.distributed.hooks import distributed_line
+        from opmatrix.probes import distributed_line
 
         print(distributed_line(matrix.distributed))
     identity = result.backend
@@ -53,7 +53,7 @@ def render_probe(result: ProbeResult) -> None:
         print(f"{who}: no operator, runtime or workload task in this run")
     if faults:
         print("faulted cells: " + ", ".join(f"{k} {v}" for k, v in faults.items()))
-    from opmatrix.probes.workloads.cli import summary_lines
+    from opmatrix.probes import summary_lines
 
     for line in summary_lines(matrix.workloads):
         print(line)
@@ -82,7 +82,7 @@ def report(options: ReportOptions) -> ExitCode:
 
 def doctor(options: DoctorOptions) -> ExitCode:
     """``opmatrix doctor``: the checks' table in bring-up order (or ``--json``)."""
-    from opmatrix.probes.runtime.doctor import show as show_doctor
+    from opmatrix.probes import show_doctor
 
     result = api.doctor(options)
     show_doctor(result, options.json, sys.stdout)

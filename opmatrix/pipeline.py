@@ -39,10 +39,7 @@ from opmatrix.schema.outdir import DirClaim, check_out_path, claim_dir
 
 if TYPE_CHECKING:
     from opmatrix.options import MergeOptions
-    from opmatrix.probes.options import ProbeOptions
-    from opmatrix.probes.planning import ProbePlan
-    from opmatrix.probes.runner import RunSummary
-    from opmatrix.probes.runner.executor import Executor
+    from opmatrix.probes import Executor, ProbeOptions, ProbePlan, RunSummary
 
 __all__ = ["ProbeResult", "merge", "probe"]
 
@@ -103,7 +100,7 @@ def _selected(records: list[Record], planned: set[str]) -> list[Record]:
 
 def _build(plan: ProbePlan, summary: RunSummary) -> Matrix:
     from opmatrix.matrix.build import build_matrix
-    from opmatrix.probes.planning import probe_evidence, worker_evidence
+    from opmatrix.probes import probe_evidence, worker_evidence
 
     records = scan_journal(plan.out / JOURNAL).records
     planned = {t.id for t in plan.planned}
@@ -150,7 +147,7 @@ def probe(options: ProbeOptions) -> ProbeResult:
 
     Prints no result (the CLI renders the :class:`ProbeResult`); the runner's progress goes to
     stderr unless ``options.quiet``."""
-    from opmatrix.probes.runner.zygote import stop
+    from opmatrix.probes import stop_zygote as stop
 
     try:
         return _probe(options)
@@ -159,12 +156,12 @@ def probe(options: ProbeOptions) -> ProbeResult:
 
 
 def _probe(options: ProbeOptions) -> ProbeResult:
-    from opmatrix.probes.planning import plan_probe
+    from opmatrix.probes import plan_probe
 
     if options.out:
         check_out_path(options.out)
     if options.executor == "ray":
-        from opmatrix.probes.runner.raypool import ray_missing
+        from opmatrix.probes import ray_missing
 
         missing = ray_missing()
         if missing:
@@ -177,8 +174,7 @@ def _probe(options: ProbeOptions) -> ProbeResult:
         claim.abandon()
         raise
     with claim:
-        from opmatrix.probes.handlers import TASK_HANDLERS
-        from opmatrix.probes.runner import EngineOptions, run
+        from opmatrix.probes import TASK_HANDLERS, EngineOptions, run
 
         summary = run(
             plan.tasks, backend=options.backend, generation=options.generation, out_dir=plan.out, workers=options.workers,
@@ -193,7 +189,7 @@ def _probe(options: ProbeOptions) -> ProbeResult:
         with gc_paused():  # reading the journal and building the matrix: 60% faster without collections
             matrix = _build(plan, summary)
         if "distributed" in plan.suites:
-            from opmatrix.probes.distributed.hooks import attach_distributed
+            from opmatrix.probes import attach_distributed
 
             matrix = attach_distributed(matrix, options.backend, options.generation, plan.out, progress=not options.quiet)
         dump_model(matrix, plan.out / "matrix.yaml", command=plan.command)
@@ -205,7 +201,7 @@ def _executor(options: ProbeOptions, plan: ProbePlan) -> Executor | None:
     """Where the workers run: None (this host's processes) or Ray actors, one per device of a cluster."""
     if options.executor != "ray":
         return None
-    from opmatrix.probes.runner.raypool import RayExecutor
+    from opmatrix.probes import RayExecutor
 
     return RayExecutor(address=options.ray_address, resource=options.ray_resource, backend=options.backend,
                        generation=options.generation, device_type=plan.backend_id.device_type)
@@ -227,7 +223,7 @@ def _known_backend(name: str, generation: str | None) -> BackendId:
 
 
 def _same_run(headers: list[JournalHeader], paths: list[str]) -> None:
-    from opmatrix.probes.runner.evidence import EvidenceKey
+    from opmatrix.probes import EvidenceKey
 
     runs = {h.run.model_copy(update={"shard": None}).model_dump_json(): p
             for h, p in zip(headers, paths, strict=True) if h.run is not None}
@@ -257,7 +253,7 @@ def merge(options: MergeOptions) -> ExitCode:
     from opmatrix.matrix.build import build_matrix
     from opmatrix.matrix.journal import dumps_records, merge_records
     from opmatrix.matrix.verbs import merge_backend, merge_evidence, merge_runtime
-    from opmatrix.probes.runner.journal import rotate
+    from opmatrix.probes import rotate_journal as rotate
 
     out = check_out_path(options.out)
     refuse_inputs_as_outputs([("--out", out / JOURNAL), ("--out", out / "matrix.yaml")],

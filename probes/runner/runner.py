@@ -24,11 +24,12 @@ import time
 from collections import deque
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel
 
 from opmatrix.schema import ArtifactError, FaultOutcome
+from opmatrix.schema.journal import RunIdentity
 from opmatrix.schema.journalfile import parse_record
 
 from . import zygote
@@ -55,9 +56,6 @@ from .plan import (
 )
 from .task import Skip, Task, resolve_handler
 from .worker import WorkerSpec
-
-if TYPE_CHECKING:
-    from opmatrix.schema.journal import RunIdentity
 
 __all__ = ["MAX_TASK_FAULTS", "Run", "RunSummary", "default_max_restarts", "fault_budget"]
 
@@ -100,8 +98,7 @@ class Run:
         self.threads = threads or max(1, (os.cpu_count() or 1) // self.n_workers)
         self.fingerprint = fingerprint(backend, generation, devices=devices if isinstance(devices, list) else None,
                                        kinds=self.kinds, handlers=handlers,
-                                       options={**options.model_dump(),
-                                                **({"devices": devices} if isinstance(devices, str) else {})})
+                                       options={**options.model_dump(), **({"devices": devices} if isinstance(devices, str) else {})})
         cached = cached_identity(out_dir, self.fingerprint) if self.reusable and self.pending else None
         if cached is not None:  # an unchanged host-identified backend: reuse without starting a worker
             self._adopt(self._key(cached), cached)
