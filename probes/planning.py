@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import platform
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -143,7 +143,6 @@ class ProbePlan:
     source: OpSource | None = None
     shard: tuple[int, int] | None = None
     devices: list[int] | str | None = None  # indices, or "all" (resolved by the workers)
-    run_options: dict[str, Any] = field(default_factory=dict)
     suites: frozenset[str] = frozenset({"runtime", "ops"})
 
 

@@ -98,11 +98,6 @@ class FaultOutcome(TextEnum):
     crashed = "crashed"  # the process died
     poisoned = "poisoned"  # the device was unusable afterwards
 
-    @property
-    def ends_process(self) -> bool:
-        """Whether the worker process had to be replaced (crashed, hung, poisoned)."""
-        return self in PROCESS_FAULTS
-
 
 #: faults after which the worker process is replaced; a run with any of them exits 1
 PROCESS_FAULTS = frozenset({FaultOutcome.crashed, FaultOutcome.hung, FaultOutcome.poisoned})

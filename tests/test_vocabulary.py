@@ -60,7 +60,7 @@ def test_fault_outcomes_are_the_faults_of_outcome():
     assert {o.value for o in Outcome if o.is_fault} == {f.value for f in FaultOutcome}
     assert Outcome.wrong.fault is None and Outcome.hung.fault is FaultOutcome.hung
     assert {f.value for f in PROCESS_FAULTS} == {"crashed", "hung", "poisoned"}
-    assert FaultOutcome.crashed.ends_process and not FaultOutcome.oom.ends_process
+    assert FaultOutcome.crashed in PROCESS_FAULTS and FaultOutcome.oom not in PROCESS_FAULTS
 
 
 def test_one_cache_directory_rule(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):

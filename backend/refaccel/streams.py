@@ -58,7 +58,6 @@ class Stream:
             raise RuntimeError(f"refaccel: invalid device index {self.device_index}")
         self.priority = priority
         self.stream_id = next(_IDS) if _stream_id is None else _stream_id
-        self._last_work = time.perf_counter()
 
     @property
     def device(self) -> torch.device:
