@@ -3,10 +3,10 @@
     >>> import opmatrix
     >>> opts = opmatrix.ProbeOptions(backend="cpu", ops=("add",), dtypes=("float32",), no_runtime=True,
     ...                              out="out/cpu-add")
-    >>> opmatrix.probe(opts).exit_code                                              # doctest: +SKIP
+    >>> opmatrix.probe(opts).exit_code  # runs a probe / needs a contract: not run  # doctest: +SKIP
     <ExitCode.OK: 0>
     >>> opmatrix.gate(opmatrix.GateOptions(matrix="out/cpu-add/matrix.yaml",
-    ...                                    contract="my-contract.yaml")).verdict     # doctest: +SKIP
+    ...                                    contract="my-contract.yaml")).verdict  # runs a probe / needs a contract: not run  # doctest: +SKIP
 
 Each function checks every option before it does any work and raises
 :class:`~opmatrix.schema.UsageError` or :class:`~opmatrix.schema.ArtifactError` naming the

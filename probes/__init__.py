@@ -5,8 +5,8 @@ Plan a run from its options, run it, and read the evidence it rests on::
     >>> from opmatrix.probes import ProbeOptions
     >>> ProbeOptions(backend="cpu", ops=("add",)).ops
     ('add',)
-    >>> from opmatrix.probes import plan_probe, run, TASK_HANDLERS     # doctest: +SKIP
-    >>> plan = plan_probe(ProbeOptions(backend="refaccel", ops=("add",), out="out/r"))  # doctest: +SKIP
+    >>> from opmatrix.probes import plan_probe, run, TASK_HANDLERS  # plans a probe (imports torch): not run  # doctest: +SKIP
+    >>> plan = plan_probe(ProbeOptions(backend="refaccel", ops=("add",), out="out/r"))  # plans a probe (imports torch): not run  # doctest: +SKIP
 
 Names load when first used: importing this package imports neither torch nor a backend.
 """

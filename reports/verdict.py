@@ -6,7 +6,7 @@ which operators, doing what, for which dtypes. The failing cells of a requiremen
 what went wrong, then by operator, and operators with the same dtypes and layouts are named
 together::
 
-    >>> plain_reasons(requirement)                                   # doctest: +SKIP
+    >>> plain_reasons(requirement)  # needs a gate requirement: not run  # doctest: +SKIP
     ['bmm is rejected for bfloat16, float16, float32', 'mul.Tensor gives wrong values for float32 noncontiguous, transposed input']
 """
 

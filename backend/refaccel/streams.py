@@ -8,6 +8,9 @@ recorded events created with ``enable_timing=True``. refaccel runs every kernel 
 before the call returns, the strongest implementation of that contract (no overlap to lose).
 The current stream is thread-local and per device::
 
+    >>> from opmatrix.backend.refaccel import install
+    >>> _ = install()
+    >>> x = torch.ones(2, device="refaccel")
     >>> s = torch.refaccel.Stream()
     >>> with torch.refaccel.stream(s):
     ...     y = x * 2
