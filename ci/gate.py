@@ -1,10 +1,11 @@
-"""``opmatrix gate``: load the artifacts, evaluate, print the verdict, write the outputs.
+"""``opmatrix gate``: load the artifacts, evaluate, write the outputs; the CLI prints the verdict (:func:`show`).
 
     opmatrix gate --matrix out/refaccel-g2/matrix.yaml --contract ci/contracts/refaccel-g2.yaml \\
         [--baseline previous/matrix.yaml] [--junit junit.xml] [--summary summary.md] [--json [F]] \\
         [--today 2026-12-01] [--records DIR --baseline-records DIR] [--compat FILE] [--allow-unsealed]
 
-Exit 0: the release may ship; 1: blocked; 2: invalid input. Invalid artifacts raise
+:func:`gate` returns the :class:`~opmatrix.schema.GateResult`; its ``exit_code`` is OK when the
+release may ship, BLOCKED otherwise; invalid input exits 2 (USAGE). Invalid artifacts raise
 :class:`~opmatrix.schema.ArtifactError` (file:line: path: message), which the CLI prints before
 exiting 2: so do evidence of another subject (:mod:`.evidence`), an unsealed matrix (unless
 ``--allow-unsealed``, which the verdict then says) and an output that names an input. Output files

@@ -6,8 +6,9 @@
     opmatrix query out/refaccel-g2/matrix.yaml aten.softmax.int --dtype float32 --rank 3 --arg dim=-1 --json
     opmatrix diff out/refaccel-g1/matrix.yaml out/refaccel-g2/matrix.yaml [--json]
 
-Each handler takes its options (:mod:`.options`) and returns the exit code; invalid input
-raises :class:`opmatrix.cli.UsageError` or :class:`~opmatrix.schema.ArtifactError` (exit 2).
+``query`` and ``diff`` take their options (:mod:`.options`) and return what they found (an
+``Answer`` or the op's entries, a ``MatrixDiff``); ``show_query`` and ``show_diff`` print that for the
+CLI. Invalid input raises :class:`~opmatrix.schema.UsageError` or :class:`~opmatrix.schema.ArtifactError` (exit 2).
 """
 
 from __future__ import annotations
