@@ -382,7 +382,3 @@ class Adapter:
     def compile_backend(self) -> Any:
         """The ``torch.compile`` backend that runs graphs on this device (None: cannot compile)."""
         return "inductor"
-
-    def host_fallback_counter_names(self) -> list[str]:
-        """Names of fallback counters the adapter reads (for the docs)."""
-        return []

@@ -2,7 +2,7 @@
 
     >>> get_adapter("cpu").dispatch_key
     'CPU'
-    >>> get_adapter("privateuse1:my_vendor.torch_backend").dispatch_key   # doctest: +SKIP
+    >>> get_adapter("privateuse1:my_vendor.torch_backend").dispatch_key  # needs a vendor's module: not run  # doctest: +SKIP
     'PrivateUse1'
 """
 

@@ -193,7 +193,3 @@ class XlaAdapter(Adapter):
     def compile_backend(self) -> Any:
         """torch_xla's dynamo backend."""
         return "openxla"
-
-    def host_fallback_counter_names(self) -> list[str]:
-        """The counters read: every ``aten::*`` counter of ``torch_xla.debug.metrics``."""
-        return [f"{FALLBACK_COUNTER_PREFIX}*"]

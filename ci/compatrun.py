@@ -22,7 +22,7 @@ import sysconfig
 import time
 from pathlib import Path
 
-from opmatrix.schema import Matrix, dump_model, load_matrix
+from opmatrix.schema import ExitCode, Matrix, dump_model, load_matrix
 from opmatrix.schema.perf import CompatCheck, CompatReport, CompatRun
 
 from .options import CompatOptions
@@ -147,7 +147,7 @@ def _version_run(version: str, args: CompatOptions, out: Path) -> tuple[CompatRu
                      error=None if ok else f"opmatrix probe failed: {text}"), matrix
 
 
-def compat(args: CompatOptions) -> int:
+def compat(args: CompatOptions) -> ExitCode:
     """Run ``opmatrix compat``: 0 when every version ran, 1 when one could not (see the report).
 
     The backend and the ops are checked by the caller (``opmatrix.compat``), which may import the
@@ -167,4 +167,4 @@ def compat(args: CompatOptions) -> int:
                           measured_at=dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat())
     dump_model(report, out / "compat.yaml", command=args.command_line())
     print(f"report: {out / 'compat.yaml'}")
-    return 1 if any(r.error for r in runs) else 0
+    return ExitCode.FAILED if any(r.error for r in runs) else ExitCode.OK

@@ -1,10 +1,11 @@
-"""``opmatrix gate``: load the artifacts, evaluate, print the verdict, write the outputs.
+"""``opmatrix gate``: load the artifacts, evaluate, write the outputs; the CLI prints the verdict (:func:`show`).
 
     opmatrix gate --matrix out/refaccel-g2/matrix.yaml --contract ci/contracts/refaccel-g2.yaml \\
         [--baseline previous/matrix.yaml] [--junit junit.xml] [--summary summary.md] [--json [F]] \\
         [--today 2026-12-01] [--records DIR --baseline-records DIR] [--compat FILE] [--allow-unsealed]
 
-Exit 0: the release may ship; 1: blocked; 2: invalid input. Invalid artifacts raise
+:func:`gate` returns the :class:`~opmatrix.schema.GateResult`; its ``exit_code`` is OK when the
+release may ship, BLOCKED otherwise; invalid input exits 2 (USAGE). Invalid artifacts raise
 :class:`~opmatrix.schema.ArtifactError` (file:line: path: message), which the CLI prints before
 exiting 2: so do evidence of another subject (:mod:`.evidence`), an unsealed matrix (unless
 ``--allow-unsealed``, which the verdict then says) and an output that names an input. Output files
@@ -15,11 +16,11 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import sys
 from pathlib import Path
+from typing import TextIO
 
 from opmatrix.matrix.notrun import not_run_lines
-from opmatrix.schema import ArtifactError, Matrix, load_contract, load_matrix
+from opmatrix.schema import ArtifactError, GateResult, Matrix, load_contract, load_matrix
 from opmatrix.schema.files import refuse_inputs_as_outputs, refuse_unwritable, write_output
 from opmatrix.schema.gate import GateCheck, Status
 from opmatrix.schema.text import terminal_text
@@ -30,7 +31,7 @@ from .junit import render_junit
 from .options import GateOptions
 from .summary import render_markdown, render_verdict
 
-__all__ = ["gate", "parse_today"]
+__all__ = ["gate", "parse_today", "show"]
 
 
 def parse_today(text: str | None) -> dt.date | None:
@@ -74,8 +75,11 @@ def _sealed(path: str, matrix: Matrix, allow_unsealed: bool) -> GateCheck:
                      "its content is not proven unedited")
 
 
-def gate(args: GateOptions) -> int:
-    """Run the gate; 0 pass, 1 blocked (2 comes from ArtifactError)."""
+def gate(args: GateOptions) -> GateResult:
+    """Judge the evidence against the contract; the result (``.verdict``, ``.exit_code``).
+
+    Writes the outputs asked for by path (``--junit``, ``--summary``, ``--json FILE``); prints
+    nothing: :func:`show` is what the CLI prints (``--json -`` streams the JSON there)."""
     from .compat import load_compat
     from .perf import load_records
 
@@ -106,17 +110,25 @@ def gate(args: GateOptions) -> int:
     if seals:
         result = result.model_copy(update={"checks": [*seals, *result.checks]})
 
-    json_text = result.model_dump_json(indent=2) + "\n"
     if args.junit:
         write_output(args.junit, render_junit(result))
     if args.summary_file:
         write_output(args.summary_file, render_markdown(result))
+    if args.json and args.json != "-":
+        write_output(args.json, _json_text(result))
+    return result
+
+
+def _json_text(result: GateResult) -> str:
+    return result.model_dump_json(indent=2) + "\n"
+
+
+def show(result: GateResult, args: GateOptions, out: TextIO) -> None:
+    """What ``opmatrix gate`` prints: the JSON result for ``--json -``, else the readable verdict."""
     if args.json == "-":
-        sys.stdout.write(json_text)
-    else:
-        if args.json:
-            write_output(args.json, json_text)
-        sys.stdout.write(terminal_text(render_verdict(result)))
-        for line in not_run_lines(matrix.not_run if matrix is not None else {}):  # what no requirement saw, as probe says it
-            print(terminal_text(line))
-    return 0 if result.passed else 1
+        out.write(_json_text(result))
+        return
+    out.write(terminal_text(render_verdict(result)))
+    matrix = load_matrix(args.matrix) if args.matrix else None
+    for line in not_run_lines(matrix.not_run if matrix is not None else {}):  # what no requirement saw, as probe says it
+        out.write(terminal_text(line) + "\n")

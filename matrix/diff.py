@@ -24,13 +24,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from opmatrix.schema import DType, Entry, ExecPath, Layout, Matrix, Outcome, Shapes, describe
 from opmatrix.schema.yamlload import dumps_json
 
 from .compress import cover
+from .distributed import DistChange
 
 __all__ = ["DIFFERING_CONDITIONS", "KIND_WORDS", "CellChange", "CellState", "ChangeKind", "DiffRow", "MatrixDiff", "diff_matrices"]
 
@@ -120,6 +121,12 @@ class MatrixDiff:
     removed: tuple[CellChange, ...]
     not_probed: tuple[CellChange, ...]
     numerics: tuple[CellChange, ...]
+    #: workload changes by kind (``opmatrix diff`` fills them in; :func:`diff_matrices` compares cells)
+    workloads: dict[str, list[str]] = field(default_factory=dict)
+    distributed: tuple[DistChange, ...] = ()
+    #: whether either matrix has workload results / a distributed section (a diff then shows that part)
+    has_workloads: bool = False
+    has_distributed: bool = False
 
     @property
     def empty(self) -> bool:
@@ -270,7 +277,9 @@ def diff_matrices(a: Matrix, b: Matrix, *, error_growth: float = 0.25) -> Matrix
             if change is not None:
                 found[change].append(CellChange(change, *cell, conds, before=before, after=after))
     return MatrixDiff(
-        a=_label_of(a), b=_label_of(b), **{kind: tuple(changes) for kind, changes in found.items()}
+        a=_label_of(a), b=_label_of(b), worse=tuple(found["worse"]), better=tuple(found["better"]),
+        new=tuple(found["new"]), removed=tuple(found["removed"]), not_probed=tuple(found["not_probed"]),
+        numerics=tuple(found["numerics"]),
     )
 
 

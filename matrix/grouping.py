@@ -7,7 +7,7 @@ mode, path, outcome, mixed, component ops and fallback evidence become one entry
 boxes stay inside it as ``parts`` (each with its own dtypes, ranks, layouts, conditions, numerics,
 samples, autograd, error), so expanding an entry gives back exactly the boxes, and the cells::
 
-    >>> [len(group_entries(boxes)) for boxes in (softmax_boxes,)]          # doctest: +SKIP
+    >>> [len(group_entries(boxes)) for boxes in (softmax_boxes,)]  # names entries it does not build: not run  # doctest: +SKIP
     [5]      # eager native, eager composite, eager rejected, compile native, compile rejected
 
 The entry's own fields say what holds for all its parts: dtypes (union), ranks (hull), layouts

@@ -3,7 +3,7 @@
 The same cell key (op, dtype, rank, layout, mode, conditions) is often probed more than once: the
 OpInfos ``add`` and ``__radd__`` both call ``aten.add.Tensor``. The rules, in order of precedence::
 
-    >>> rollup([native_ok, composite_wrong]).path, _.outcome      # doctest: +SKIP
+    >>> rollup([native_ok, composite_wrong]).path, _.outcome  # names cells it does not build: not run  # doctest: +SKIP
     (ExecPath.composite, Outcome.wrong)
 
 - a composite whose component op fell back to the host *is* ``fallback`` (the component is kept

@@ -6,17 +6,18 @@
     opmatrix query out/refaccel-g2/matrix.yaml aten.softmax.int --dtype float32 --rank 3 --arg dim=-1 --json
     opmatrix diff out/refaccel-g1/matrix.yaml out/refaccel-g2/matrix.yaml [--json]
 
-Each handler takes its options (:mod:`.options`) and returns the exit code; invalid input
-raises :class:`opmatrix.cli.UsageError` or :class:`~opmatrix.schema.ArtifactError` (exit 2).
+``query`` and ``diff`` take their options (:mod:`.options`) and return what they found (an
+``Answer`` or the op's entries, a ``MatrixDiff``); ``show_query`` and ``show_diff`` print that for the
+CLI. Invalid input raises :class:`~opmatrix.schema.UsageError` or :class:`~opmatrix.schema.ArtifactError` (exit 2).
 """
 
 from __future__ import annotations
 
 import platform
-import sys
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from importlib import metadata
-from typing import Any
+from typing import Any, TextIO
 
 from opmatrix.schema import (
     TENSOR,
@@ -33,15 +34,17 @@ from opmatrix.schema import (
 from opmatrix.schema.text import terminal_text
 from opmatrix.schema.yamlload import dumps_json
 
+from .answer import Answer
 from .contract_line import contract_line
-from .diff import diff_matrices
+from .diff import MatrixDiff, diff_matrices
 from .headline import headline
 from .keys import parse_dtype, parse_layout
 from .notrun import not_run_for
 from .options import DiffOptions, QueryOptions
 from .query import MatrixIndex, UnknownOperatorError
 
-__all__ = ["diff", "merge_backend", "merge_evidence", "merge_runtime", "parse_arg", "query"]
+__all__ = ["OpEntries", "diff", "merge_backend", "merge_evidence", "merge_runtime", "parse_arg", "query", "show_diff",
+           "show_query"]
 
 
 # -- merge -----------------------------------------------------------------------------------
@@ -112,8 +115,35 @@ def parse_arg(text: str) -> tuple[str, Any]:
     return name, raw
 
 
-def query(args: QueryOptions) -> int:
-    """Print how OP runs for one cell (or the op's entries when dtype or rank is not given)."""
+@dataclass(frozen=True)
+class OpEntries:
+    """The answer to a query that names no single cell (no dtype or no rank): the op's matching
+    entries in one mode, with the contract line the matrix supports."""
+
+    op: str
+    mode: str
+    contract: str
+    #: what works and on which path, then what does not (:func:`~.headline.headline`)
+    headline: str
+    entries: tuple[Entry, ...]
+    #: the backend as the matrix names it (``refaccel g2``)
+    backend: str = ""
+    #: units of this op the probe never ran, in its own words (no cells, not counted)
+    not_run: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class _Cell:
+    """A query's arguments, parsed once: the index, the op's full name, dtype, layout, argument values."""
+
+    index: MatrixIndex
+    op: str
+    dtype: str | None
+    layout: str | None
+    values: dict[str, Any]
+
+
+def _parse_query(args: QueryOptions) -> _Cell:
     m = MatrixIndex.load(args.matrix)
     try:
         op = m.resolve(args.op)
@@ -125,66 +155,90 @@ def query(args: QueryOptions) -> int:
         raise UsageError(str(exc)) from None
     if args.rank is not None and args.rank < 0:
         raise UsageError(f"--rank must be >= 0, got {args.rank}")
-    values = dict(parse_arg(a) for a in args.arg)
-    if dtype is None or args.rank is None:
-        return _print_entries(m, op, dtype, args.rank, layout, args, args.all or dtype is not None or args.rank is not None)
-    answer = m.query(op, dtype, args.rank, layout or "contiguous", args.mode, args=values or None, shapes=args.shapes)
-    cell = {"op": op, "dtype": dtype, "rank": args.rank, "layout": layout or "contiguous", "mode": args.mode}
+    return _Cell(m, op, dtype, layout, dict(parse_arg(a) for a in args.arg))
+
+
+def _answer(cell: _Cell, args: QueryOptions) -> Answer | OpEntries:
+    if cell.dtype is None or args.rank is None:
+        return _entries(cell.index, cell.op, cell.dtype, args.rank, cell.layout, args.mode, args.shapes)
+    return cell.index.query(cell.op, cell.dtype, args.rank, cell.layout or "contiguous", args.mode,
+                            args=cell.values or None, shapes=args.shapes)
+
+
+def query(args: QueryOptions) -> Answer | OpEntries:
+    """How OP runs for one cell (an :class:`Answer`), or the op's entries when dtype or rank is not given."""
+    return _answer(_parse_query(args), args)
+
+
+def show_query(args: QueryOptions, out: TextIO) -> None:
+    """What ``opmatrix query`` prints: the cell's answer (or the op's headline and entries), as text or ``--json``."""
+    cell = _parse_query(args)
+    result = _answer(cell, args)
+    if isinstance(result, OpEntries):
+        listed = args.all or cell.dtype is not None or args.rank is not None
+        return _print_entries(result, args.json, listed, out)
+    shown: dict[str, Any] = {"op": cell.op, "dtype": cell.dtype, "rank": args.rank,
+                             "layout": cell.layout or "contiguous", "mode": args.mode}
     if args.mode == "compile":
-        cell["shapes"] = args.shapes
-    unseen = [g.line() for g in not_run_for(m.model.not_run, op, dtype)]  # the probe's own words
+        shown["shapes"] = args.shapes
+    unseen = [g.line() for g in not_run_for(cell.index.model.not_run, cell.op, cell.dtype)]  # the probe's own words
     if args.json:
-        print(dumps_json({**cell, "args": values, **answer.to_dict(), **({"not_run": unseen} if unseen else {})},
-                         sort_keys=True))
+        print(dumps_json({**shown, "args": cell.values, **result.to_dict(), **({"not_run": unseen} if unseen else {})},
+                         sort_keys=True), file=out)
     else:
-        where = " ".join(str(v) for v in cell.values())
-        given = f" with {', '.join(f'{k}={v}' for k, v in values.items())}" if values else ""
-        print(f"{where}{given}: {answer.summary()}")
+        where = " ".join(str(v) for v in shown.values())
+        given = f" with {', '.join(f'{k}={v}' for k, v in cell.values.items())}" if cell.values else ""
+        print(f"{where}{given}: {result.summary()}", file=out)
         for line in unseen:
-            print(f"not run (no cells, not counted): {line}")
-    return 0
+            print(f"not run (no cells, not counted): {line}", file=out)
+    return None
 
 
-def _print_entries(m: MatrixIndex, op: str, dtype: str | None, rank: int | None, layout: str | None,
-                   args: QueryOptions, listed: bool) -> int:
-    """The operator's headline (what works and on which path, then what does not); its box entries
-    with ``--all`` or when a dtype or rank narrows them."""
-    mode = args.mode
+def _entries(m: MatrixIndex, op: str, dtype: str | None, rank: int | None, layout: str | None,
+             mode: str, shapes: str) -> OpEntries:
     entries = [
         e for e in m.model.boxes().get(op, [])
         if e.mode.value == mode
-        and (mode != "compile" or (e.shapes.value if e.shapes else "static") == args.shapes)
+        and (mode != "compile" or (e.shapes.value if e.shapes else "static") == shapes)
         and (dtype is None or dtype in e.dtypes)
         and (rank is None or rank in e.ranks)
         and (layout is None or layout in e.layouts)
     ]
-    line = contract_line(m.operators.get(op, []))
-    head = headline(m.operators.get(op, []))
-    if args.json:
-        print(dumps_json({"op": op, "mode": mode, "contract": line, "headline": head,
-                          "entries": [model_to_data(e) for e in entries]}, sort_keys=True))
-        return 0
     b = m.model.backend
-    print(f"{op} on {b.name}{' ' + b.generation if b.generation else ''} (generated from the matrix): {head}")
+    return OpEntries(op=op, mode=mode, contract=contract_line(m.operators.get(op, [])),
+                     headline=headline(m.operators.get(op, [])), entries=tuple(entries),
+                     backend=f"{b.name}{' ' + b.generation if b.generation else ''}",
+                     not_run=tuple(g.line() for g in not_run_for(m.model.not_run, op, dtype)))
+
+
+def _print_entries(found: OpEntries, as_json: bool, listed: bool, out: TextIO) -> None:
+    """The operator's headline (what works and on which path, then what does not); its box entries
+    when ``listed`` (``--all``, or a dtype or rank narrows them)."""
+    op, mode, entries = found.op, found.mode, found.entries
+    if as_json:
+        print(dumps_json({"op": op, "mode": mode, "contract": found.contract, "headline": found.headline,
+                          "entries": [model_to_data(e) for e in entries]}, sort_keys=True), file=out)
+        return
+    print(f"{op} on {found.backend} (generated from the matrix): {found.headline}", file=out)
     if not listed:
         print(f"{len(entries)} {mode} entr{'y' if len(entries) == 1 else 'ies'}: --all lists them; "
-              f"--dtype/--rank/--layout ask for one cell")
-        return 0
-    print(f"contract line: {line}")
-    print(f"{len(entries)} box entr{'y' if len(entries) == 1 else 'ies'} ({mode}) match:")
+              f"--dtype/--rank/--layout ask for one cell", file=out)
+        return
+    print(f"contract line: {found.contract}", file=out)
+    print(f"{len(entries)} box entr{'y' if len(entries) == 1 else 'ies'} ({mode}) match:", file=out)
     if not entries:
-        print(f"{op} ({mode}): no probed entry matches; path unknown")
+        print(f"{op} ({mode}): no probed entry matches; path unknown", file=out)
     for e in entries:
         ranks = f"{e.ranks.min}" if e.ranks.min == e.ranks.max else f"{e.ranks.min}-{e.ranks.max}"
         conds = f" when {', '.join(f'{k}={v}' for k, v in sorted(e.conditions.items()))}" if e.conditions else ""
         print(
             f"{op} {','.join(d.value for d in e.dtypes)} rank {ranks} {','.join(x.value for x in e.layouts)} "
             f"{e.mode.value}{_shapes(e)}{conds}: {e.path.value} ({e.outcome.value}), {e.samples.passed}/"
-            f"{e.samples.probed} samples{_extended(e)}"
+            f"{e.samples.probed} samples{_extended(e)}",
+            file=out,
         )
-    for group in not_run_for(m.model.not_run, op, dtype):
-        print(f"not run (no cells, not counted): {group.line()}")
-    return 0
+    for line in found.not_run:
+        print(f"not run (no cells, not counted): {line}", file=out)
 
 
 def _shapes(e: Entry) -> str:
@@ -198,25 +252,34 @@ def _extended(e: Entry) -> str:
 # -- diff ------------------------------------------------------------------------------------
 
 
-def diff(args: DiffOptions) -> int:
-    """Print the cells better / worse / new / removed from matrix A to matrix B (exit 0)."""
+def diff(args: DiffOptions) -> MatrixDiff:
+    """The cells better / worse / new / removed from matrix A to matrix B, with the workload and
+    distributed changes."""
     a, b = load_matrix(args.a), load_matrix(args.b)
-    result = diff_matrices(a, b)
-    from .distributed import diff_distributed, render_distributed
-    from .workloads import diff_workloads, render_workload_diff
+    from .distributed import diff_distributed
+    from .workloads import diff_workloads
 
-    changes, dist = diff_workloads(a.workloads, b.workloads), diff_distributed(a, b)
-    if args.json:
+    return replace(diff_matrices(a, b), workloads=diff_workloads(a.workloads, b.workloads),
+                   distributed=tuple(diff_distributed(a, b)),
+                   has_distributed=a.distributed is not None or b.distributed is not None,
+                   has_workloads=bool(a.workloads or b.workloads))
+
+
+def show_diff(result: MatrixDiff, as_json: bool, out: TextIO) -> None:
+    """What ``opmatrix diff`` prints: the table of changes, or ``--json``."""
+    from .distributed import render_distributed
+    from .workloads import render_workload_diff
+
+    if as_json:
         import json
 
         data = json.loads(result.to_json())
-        if a.workloads or b.workloads:
-            data["workloads"] = changes
-        if dist:
-            data["distributed"] = [c.to_dict() for c in dist]
-        sys.stdout.write(dumps_json(data, indent=2, sort_keys=True) + "\n")
+        if result.has_workloads:
+            data["workloads"] = result.workloads
+        if result.distributed:
+            data["distributed"] = [c.to_dict() for c in result.distributed]
+        out.write(dumps_json(data, indent=2, sort_keys=True) + "\n")
     else:
-        text = result.render_table() + render_workload_diff(changes)
-        text += render_distributed(dist) if a.distributed or b.distributed else ""
-        sys.stdout.write(terminal_text(text))
-    return 0
+        text = result.render_table() + render_workload_diff(result.workloads)
+        text += render_distributed(list(result.distributed)) if result.has_distributed else ""
+        out.write(terminal_text(text))

@@ -3,16 +3,19 @@
     >>> import opmatrix
     >>> opts = opmatrix.ProbeOptions(backend="cpu", ops=("add",), dtypes=("float32",), no_runtime=True,
     ...                              out="out/cpu-add")
-    >>> opmatrix.probe(opts)                                                        # doctest: +SKIP
-    0
+    >>> opmatrix.probe(opts).exit_code  # runs a probe / needs a contract: not run  # doctest: +SKIP
+    <ExitCode.OK: 0>
     >>> opmatrix.gate(opmatrix.GateOptions(matrix="out/cpu-add/matrix.yaml",
-    ...                                    contract="my-contract.yaml"))             # doctest: +SKIP
+    ...                                    contract="my-contract.yaml")).verdict  # runs a probe / needs a contract: not run  # doctest: +SKIP
 
 Each function checks every option before it does any work and raises
 :class:`~opmatrix.schema.UsageError` or :class:`~opmatrix.schema.ArtifactError` naming the
-option or file and the fix (the CLI prints that one line and exits 2). Each returns the
-command's exit code (0 success, 1 a verdict against the input, 130 interrupted) and prints what
-the command prints. The options make the command line recorded in the artifacts
+option or file and the fix (the CLI prints that one line and exits 2). Each returns what the
+command found (``probe`` a ``ProbeResult``, ``gate`` a ``GateResult``, ``doctor`` the runtime
+report, ``query`` the ``Answer``, ``diff`` the ``MatrixDiff``, ``report`` the written site) with
+its ``exit_code`` where it has one, and prints nothing: the CLI (:mod:`opmatrix.commands`)
+renders the result. ``merge``, ``bench`` and ``compat`` print their lines and return the
+:class:`~opmatrix.schema.ExitCode`. The options make the command line recorded in the artifacts
 (``options.command_line()``), whether the call came from the CLI or from Python.
 """
 
@@ -22,39 +25,47 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from opmatrix.ci.options import CompatOptions, GateOptions
+    from opmatrix.matrix.answer import Answer
+    from opmatrix.matrix.diff import MatrixDiff
     from opmatrix.matrix.options import DiffOptions, QueryOptions
     from opmatrix.matrix.placement import Placement
+    from opmatrix.matrix.verbs import OpEntries
     from opmatrix.options import ExplainOptions, MergeOptions
-    from opmatrix.probes.options import BenchOptions, DoctorOptions, ProbeOptions
+    from opmatrix.pipeline import ProbeResult
+    from opmatrix.probes import BenchOptions, DoctorOptions, DoctorReport, ProbeOptions
     from opmatrix.reports.options import ReportOptions
+    from opmatrix.reports.site import SiteResult
+    from opmatrix.schema import ExitCode, GateResult
 
 __all__ = ["bench", "compat", "diff", "doctor", "explain", "gate", "merge", "probe", "query", "report"]
 
 
-def probe(options: ProbeOptions) -> int:
-    """Probe a backend into ``options.out`` (journal.jsonl, matrix.yaml); 0 when every task was recorded,
-    1 when the run aborted or a cell crashed, hung or poisoned its worker, 130 when interrupted."""
+def probe(options: ProbeOptions) -> ProbeResult:
+    """Probe a backend into ``options.out`` (journal.jsonl, matrix.yaml): the paths, the runner's summary,
+    the matrix and the exit code (OK when every task was recorded; FAILED when the run aborted or a cell
+    crashed, hung or poisoned its worker; INTERRUPTED: ``resume=True`` continues)."""
     from opmatrix.pipeline import probe as run_probe
 
     return run_probe(options)
 
 
-def merge(options: MergeOptions) -> int:
+def merge(options: MergeOptions) -> ExitCode:
     """Merge the shard journals of one run into ``options.out`` (journal.jsonl, matrix.yaml)."""
     from opmatrix.pipeline import merge as run_merge
 
     return run_merge(options)
 
 
-def gate(options: GateOptions) -> int:
-    """Judge the evidence against the contract; 0 the release may ship, 1 blocked."""
+def gate(options: GateOptions) -> GateResult:
+    """Judge the evidence against the contract: ``.verdict``, every reason, ``.exit_code`` (OK: the
+    release may ship; BLOCKED). Writes the ``junit``/``summary_file``/``json`` files it is given."""
     from opmatrix.ci.gate import gate as run_gate
 
     return run_gate(options)
 
 
-def report(options: ReportOptions) -> int:
-    """Render the HTML support site into ``options.out``; prints the index's path."""
+def report(options: ReportOptions) -> SiteResult:
+    """Render the HTML support site into ``options.out``; ``.index`` is its index page."""
     from opmatrix.reports.publish import report as run_report
 
     return run_report(options)
@@ -70,18 +81,17 @@ def explain(options: ExplainOptions) -> Placement:
     return placement(options)
 
 
-def bench(options: BenchOptions) -> int:
+def bench(options: BenchOptions) -> ExitCode:
     """Measure workloads and hot ops into ``options.out`` (one performance record per subject)."""
-    from opmatrix.probes.perf.bench import bench as run_bench
+    from opmatrix.probes import bench as run_bench
 
     return run_bench(options)
 
 
-def compat(options: CompatOptions) -> int:
+def compat(options: CompatOptions) -> ExitCode:
     """Probe the op set under each torch version of ``options.torch`` into ``options.out``/compat.yaml."""
     from opmatrix.ci.compatrun import compat as run_compat
-    from opmatrix.probes.ops.source import UnknownOp, select_ops
-    from opmatrix.probes.planning import checked_adapter
+    from opmatrix.probes import UnknownOp, checked_adapter, select_ops
     from opmatrix.schema import UsageError
 
     checked_adapter(options.backend, options.generation)  # what the per-version probes would refuse, refused first
@@ -92,22 +102,24 @@ def compat(options: CompatOptions) -> int:
     return run_compat(options)
 
 
-def doctor(options: DoctorOptions) -> int:
-    """The level 0/1 checks (level 5: and the distributed suite) in bring-up order; 0 when all pass."""
-    from opmatrix.probes.runtime.doctor import doctor as run_doctor
+def doctor(options: DoctorOptions) -> DoctorReport:
+    """The level 0/1 checks (level 5: and the distributed suite): the runtime report, ``.exit_code``
+    OK when none fails."""
+    from opmatrix.probes import doctor as run_doctor
 
     return run_doctor(options)
 
 
-def query(options: QueryOptions) -> int:
-    """Print how an op runs for one cell of a matrix (or its entries); use ``MatrixIndex`` for values."""
+def query(options: QueryOptions) -> Answer | OpEntries:
+    """How an op runs for one cell of a matrix (an ``Answer``: ``.path``, ``.outcome``, the deciding
+    entry), or the op's entries (:class:`~opmatrix.matrix.verbs.OpEntries`) when dtype or rank is not given."""
     from opmatrix.matrix.verbs import query as run_query
 
     return run_query(options)
 
 
-def diff(options: DiffOptions) -> int:
-    """Print the cells better / worse / new / removed from matrix A to matrix B."""
+def diff(options: DiffOptions) -> MatrixDiff:
+    """The cells better / worse / new / removed from matrix A to matrix B (and workload, distributed changes)."""
     from opmatrix.matrix.verbs import diff as run_diff
 
     return run_diff(options)

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from opmatrix.parsing import CliParser
+from opmatrix.schema.exitcode import ExitCode
 from opmatrix.schema.options import Options, option_fields, split_list
 
 if TYPE_CHECKING:
@@ -27,16 +28,17 @@ if TYPE_CHECKING:
 
 __all__ = ["main", "UsageError", "add_options", "build_parser", "options_for"]
 
-#: verb -> "module:function" that implements it, taking the verb's options, returning an exit code.
+#: verb -> "module:function" that runs it for the CLI, taking the verb's options, returning an exit code
+#: (:mod:`opmatrix.commands` renders what the library returns).
 HANDLERS: dict[str, str] = {
-    "probe": "opmatrix.api:probe",
+    "probe": "opmatrix.commands:probe",
     "merge": "opmatrix.api:merge",
     "validate": "opmatrix.cli:_validate",
-    "query": "opmatrix.api:query",
-    "report": "opmatrix.api:report",
-    "gate": "opmatrix.api:gate",
-    "diff": "opmatrix.api:diff",
-    "doctor": "opmatrix.api:doctor",
+    "query": "opmatrix.commands:query",
+    "report": "opmatrix.commands:report",
+    "gate": "opmatrix.commands:gate",
+    "diff": "opmatrix.commands:diff",
+    "doctor": "opmatrix.commands:doctor",
     "schema": "opmatrix.cli:_schema",
     "explain": "opmatrix.explanation:command",
     "bench": "opmatrix.api:bench",
@@ -137,14 +139,14 @@ def _validate(args: ValidateOptions) -> int:
         else:  # pragma: no cover - validate_file returns one of the two
             what = type(model).__name__
         print(f"{path}: valid ({what})")
-    return 2 if bad else 0
+    return ExitCode.USAGE if bad else ExitCode.OK
 
 
 def _schema(args: SchemaOptions) -> int:
     from opmatrix.schema.jsonschema import json_schema_text
 
     sys.stdout.write(json_schema_text(args.kind))
-    return 0
+    return ExitCode.OK
 
 
 def _handler(verb: str) -> Callable[[Any], int] | None:
@@ -158,7 +160,7 @@ def _handler(verb: str) -> Callable[[Any], int] | None:
     return getattr(module, func, None)  # type: ignore[no-any-return]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> ExitCode:
     """Run the CLI; returns the exit code."""
     _tolerant_streams()
     parser = build_parser()
@@ -167,39 +169,39 @@ def main(argv: Sequence[str] | None = None) -> int:
         from opmatrix import __version__
 
         print(__version__)
-        return 0
+        return ExitCode.OK
     if not args.verb:
         parser.print_help()
-        return 2
+        return ExitCode.USAGE
     handler = _handler(args.verb)
     if handler is None:
         print(f"opmatrix {args.verb}: not implemented yet", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     from opmatrix.schema import ArtifactError
 
     try:
-        code = int(handler(options_for(args.verb, vars(args))))
+        code = ExitCode(handler(options_for(args.verb, vars(args))))
         sys.stdout.flush()  # a closed pipe (``| head``) surfaces here, inside the handler below
         return code
     except BrokenPipeError:  # the reader stopped reading: not an error of ours (before OSError, its base)
         _silence_stdout()
-        return 0
+        return ExitCode.OK
     except (ArtifactError, UsageError) as exc:
         from opmatrix.schema.text import terminal_text
 
         print(terminal_text(str(exc)), file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     except OSError as exc:  # an unwritable --out / --junit, a path that is a folder ...
         where = f" {exc.filename!r}" if exc.filename else ""
         print(f"opmatrix {args.verb}: cannot use{where}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     except KeyboardInterrupt:
         print("opmatrix: interrupted", file=sys.stderr)
-        return 130
+        return ExitCode.INTERRUPTED
     except RecursionError:  # a reader without its own bound met a hostile nesting depth
         print(f"opmatrix {args.verb}: an input is nested too deeply to read (JSON or YAML hundreds of levels deep); "
               "it is not an opmatrix artifact", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
 
 
 def _tolerant_streams() -> None:

@@ -15,6 +15,8 @@ import re
 import sys
 from pathlib import Path
 
+from opmatrix.schema.exitcode import ExitCode
+
 __all__ = ["cli_reference", "DOC_PATH"]
 
 #: where the page lives, relative to the repository root
@@ -114,15 +116,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.write:
         DOC_PATH.write_text(text, encoding="utf-8")
         print(f"wrote {DOC_PATH}")
-        return 0
+        return ExitCode.OK
     if args.check:
         current = DOC_PATH.read_text(encoding="utf-8") if DOC_PATH.exists() else ""
         if current != text:
             print(f"{DOC_PATH} is not current: run python -m opmatrix.clidoc --write", file=sys.stderr)
-            return 1
-        return 0
+            return ExitCode.FAILED
+        return ExitCode.OK
     sys.stdout.write(text)
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":  # pragma: no cover

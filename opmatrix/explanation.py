@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from opmatrix.schema import WorkloadStep
+from opmatrix.schema import ExitCode, WorkloadStep
 from opmatrix.schema.yamlload import dumps_json
 
 if TYPE_CHECKING:
@@ -34,7 +34,8 @@ def trace(name: str, dtype: str = "float32", mode: str = "eager") -> Any:
     import torch
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from opmatrix.probes.workloads.catalog import TORCH_DTYPES, build
+    from opmatrix.probes import TORCH_DTYPES
+    from opmatrix.probes import build_workload as build
 
     wl = build(name, TORCH_DTYPES[dtype])
     decomp: Any = None
@@ -63,7 +64,7 @@ def explain(matrix_path: str, name: str, dtype: str = "float32", mode: str = "ea
     matrix = MatrixIndex.load(matrix_path)
     report = place(trace(name, dtype, mode), matrix, workload=name, dtype=dtype, mode=mode)
     if report.unknown_ops():
-        from opmatrix.probes.ops.opinfo_names import opinfo_names
+        from opmatrix.probes import opinfo_names
 
         report.suggestions = opinfo_names(report.unknown_ops())
     run = next((w for w in matrix.model.workloads if w.key() == (name, dtype, mode)), None)
@@ -92,8 +93,7 @@ def _first_line(text: str, most: int = 160) -> str:
 def placement(options: ExplainOptions) -> Placement:
     """The :class:`~opmatrix.matrix.placement.Placement` the options ask for, every option checked first
     (dtype, workload name, a factory that does not import or returns no ``nn.Module``): UsageError."""
-    from opmatrix.probes.workloads.catalog import WORKLOADS, BadFactory
-    from opmatrix.probes.workloads.cli import check_factory
+    from opmatrix.probes import WORKLOADS, BadFactory, check_factory
     from opmatrix.schema import UsageError
 
     dtype = _DTYPES.get(options.dtype, options.dtype)
@@ -112,4 +112,4 @@ def command(options: ExplainOptions) -> int:
     """Run ``opmatrix explain``: print the placement (or ``--json``); exit 2 for bad input."""
     report = placement(options)
     print(dumps_json(report.to_json(), indent=1) if options.json else report.text())
-    return 0
+    return ExitCode.OK

@@ -18,16 +18,18 @@ continues); 130 interrupted (``--resume`` continues).
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from opmatrix.schema import (
     PROCESS_FAULTS,
     ArtifactError,
     BackendId,
+    ExitCode,
     JournalHeader,
+    Matrix,
     UsageError,
-    count_matrix,
     dump_model,
     gc_paused,
     write_text_atomic,
@@ -38,9 +40,9 @@ from opmatrix.schema.outdir import DirClaim, check_out_path, claim_dir
 
 if TYPE_CHECKING:
     from opmatrix.options import MergeOptions
-    from opmatrix.probes.options import ProbeOptions
+    from opmatrix.probes import Executor, ProbeOptions, ProbePlan, RunSummary
 
-__all__ = ["merge", "probe"]
+__all__ = ["ProbeResult", "merge", "probe"]
 
 #: outcomes that mean a process died or a context broke: the probe exits 1
 _PROCESS_FAULTS = frozenset(f.value for f in PROCESS_FAULTS)
@@ -55,7 +57,7 @@ def _say(notes: list[str]) -> None:
 # -- probe -----------------------------------------------------------------------------------
 
 
-def _check_journals(plan: Any, resume: bool) -> None:
+def _check_journals(plan: ProbePlan, resume: bool) -> None:
     """Before any worker: the journals in ``--out`` read cleanly, and ``--resume`` is this run's."""
     journal = plan.out / JOURNAL
     for path in (journal, journal.with_name(JOURNAL + ".prev")):
@@ -81,9 +83,9 @@ def _check_journals(plan: Any, resume: bool) -> None:
             )
 
 
-def _differences(header: JournalHeader, plan: Any) -> list[str]:
+def _differences(header: JournalHeader, plan: ProbePlan) -> list[str]:
     if header.run is not None:
-        return plan.identity.differences(header.run)  # type: ignore[no-any-return]
+        return plan.identity.differences(header.run)
     out = []  # a journal from before run identities: its backend and generation at least
     if header.backend != plan.identity.backend:
         out.append(f"backend ({header.backend!r} in the journal, {plan.identity.backend!r} now)")
@@ -97,9 +99,9 @@ def _selected(records: list[Record], planned: set[str]) -> list[Record]:
     return [r for r in records if isinstance(r, JournalHeader) or r.task in planned]
 
 
-def _build(plan: Any, summary: Any) -> Any:
+def _build(plan: ProbePlan, summary: RunSummary) -> Matrix:
     from opmatrix.matrix.build import build_matrix
-    from opmatrix.probes.planning import probe_evidence, worker_evidence
+    from opmatrix.probes import probe_evidence, worker_evidence
 
     records = scan_journal(plan.out / JOURNAL).records
     planned = {t.id for t in plan.planned}
@@ -115,16 +117,12 @@ def _build(plan: Any, summary: Any) -> Any:
     return matrix
 
 
-#: how many reproduction commands the summary prints (the op pages hold every one)
-_REPRODUCE_SHOWN = 8
-
-
-def _faults(records: list[Record], matrix: Any) -> tuple[dict[str, int], list[str]]:
+def _faults(records: list[Record], matrix: Matrix) -> tuple[dict[str, int], list[str]]:
     """The one fault count: the matrix's faulted cells (a backward that crashed the worker
     counts, :func:`~opmatrix.schema.cell_fault`, as the site counts them) and the tasks that
     faulted before naming any cell; and a reproduction command per faulted task."""
     from opmatrix.matrix.build import reproduction
-    from opmatrix.schema import TaskRecord, cell_fault
+    from opmatrix.schema import TaskRecord, cell_fault, count_matrix
 
     faults = {f.value: n for f, n in count_matrix(matrix).cells_faulted.items() if n}
     header = next((r for r in records if isinstance(r, JournalHeader)), None)
@@ -141,39 +139,26 @@ def _faults(records: list[Record], matrix: Any) -> tuple[dict[str, int], list[st
     return dict(sorted(faults.items())), list(lines)
 
 
-def _report(plan: Any, summary: Any, matrix: Any) -> int:
-    identity: BackendId = plan.backend_id
-    faults = {k: v for k, v in sorted(summary.faults.items()) if v}
-    who = f"{identity.name}{'/' + identity.generation if identity.generation else ''}"
-    if summary.planned or matrix.operators:
-        print(f"{who}: {summary.recorded}/{summary.planned} tasks ({summary.reused} reused), {len(matrix.skipped)} "
-              f"skipped task(s), {summary.seconds:.1f} s")
-        print(f"matrix: {count_matrix(matrix).line()}")
-    else:  # a run of suites without runner tasks (distributed only): no empty task or cell line
-        print(f"{who}: no operator, runtime or workload task in this run")
-    if faults:
-        print("faulted cells: " + ", ".join(f"{k} {v}" for k, v in faults.items()))
-        shown = summary.reproduce[:_REPRODUCE_SHOWN]
-        for line in shown:
-            print(f"  reproduce: {line}")
-        if len(summary.reproduce) > len(shown):
-            print(f"  ... {len(summary.reproduce) - len(shown)} more faulted tasks: see their cells' notes in the matrix")
-    from opmatrix.matrix.notrun import not_run_lines
-    from opmatrix.probes.workloads.cli import summary_lines
+@dataclass(frozen=True)
+class ProbeResult:
+    """What ``probe`` left: where it wrote, the runner's summary, the matrix (None when
+    interrupted: ``--resume`` continues) and the exit code."""
 
-    for line in not_run_lines(matrix.not_run):  # the same facts, in the same words, as the site and the gate
-        print(line)
+    backend: BackendId
+    journal: Path
+    matrix_path: Path
+    summary: RunSummary
+    matrix: Matrix | None
+    exit_code: ExitCode
 
-    for line in summary_lines(matrix.workloads):
-        print(line)
-    print(f"journal: {plan.out / JOURNAL}")
-    print(f"matrix:  {plan.out / 'matrix.yaml'}")
+
+def _exit_code(summary: RunSummary, matrix: Matrix) -> ExitCode:
+    """FAILED when the run aborted or a cell (or distributed case) crashed, hung or poisoned its worker."""
     if summary.aborted:
-        print(f"aborted: {summary.message}", file=sys.stderr)
-        return 1
+        return ExitCode.FAILED
     if matrix.distributed and any(c.outcome.value in _PROCESS_FAULTS for c in matrix.distributed.cases):
-        return 1
-    return 1 if any(faults.get(k) for k in _PROCESS_FAULTS) else 0
+        return ExitCode.FAILED
+    return ExitCode.FAILED if any(summary.faults.get(k) for k in _PROCESS_FAULTS) else ExitCode.OK
 
 
 def _claim(out: Path, kind: str, command: str, force: bool) -> DirClaim:
@@ -182,9 +167,12 @@ def _claim(out: Path, kind: str, command: str, force: bool) -> DirClaim:
     return claim
 
 
-def probe(options: ProbeOptions) -> int:
-    """Run ``opmatrix probe``: check, lock ``--out``, run the workers, build DIR/matrix.yaml."""
-    from opmatrix.probes.runner.zygote import stop
+def probe(options: ProbeOptions) -> ProbeResult:
+    """Run ``opmatrix probe``: check, lock ``--out``, run the workers, build DIR/matrix.yaml.
+
+    Prints no result (the CLI renders the :class:`ProbeResult`); the runner's progress goes to
+    stderr unless ``options.quiet``."""
+    from opmatrix.probes import stop_zygote as stop
 
     try:
         return _probe(options)
@@ -192,13 +180,13 @@ def probe(options: ProbeOptions) -> int:
         stop()  # a zygote started for the plan (a first run) and never used: the run stops its own
 
 
-def _probe(options: ProbeOptions) -> int:
-    from opmatrix.probes.planning import plan_probe
+def _probe(options: ProbeOptions) -> ProbeResult:
+    from opmatrix.probes import plan_probe
 
     if options.out:
         check_out_path(options.out)
     if options.executor == "ray":
-        from opmatrix.probes.runner.raypool import ray_missing
+        from opmatrix.probes import ray_missing
 
         missing = ray_missing()
         if missing:
@@ -211,33 +199,35 @@ def _probe(options: ProbeOptions) -> int:
         claim.abandon()
         raise
     with claim:
-        from opmatrix.probes.handlers import TASK_HANDLERS
-        from opmatrix.probes.runner import run
+        from opmatrix.probes import TASK_HANDLERS, EngineOptions, run
 
         summary = run(
             plan.tasks, backend=options.backend, generation=options.generation, out_dir=plan.out, workers=options.workers,
             threads=options.threads, timeout=options.timeout, resume=options.resume, devices=plan.devices, shard=plan.shard,
-            max_restarts=options.max_restarts, options={"op_source_hash": plan.source.hash if plan.source else ""},
-            progress=not options.quiet, command=plan.command, header={"run": plan.identity}, handlers=TASK_HANDLERS,
+            max_restarts=options.max_restarts, options=EngineOptions(op_source_hash=plan.source.hash if plan.source else ""),
+            progress=not options.quiet, command=plan.command, run_identity=plan.identity, handlers=TASK_HANDLERS,
             executor=_executor(options, plan),
         )
         if summary.interrupted or summary.infrastructure:  # the runner has said why, and how to resume
-            return int(summary.exit_code)  # 130, or 2: the machine stopped it (no matrix from a cut run)
+            # 130, or 2: the machine stopped it (a full disk, the OOM killer): no matrix from a cut run
+            return ProbeResult(plan.backend_id, plan.out / JOURNAL, plan.out / "matrix.yaml", summary, None,
+                               summary.exit_code)
         with gc_paused():  # reading the journal and building the matrix: 60% faster without collections
             matrix = _build(plan, summary)
         if "distributed" in plan.suites:
-            from opmatrix.probes.distributed.hooks import attach_distributed
+            from opmatrix.probes import attach_distributed
 
             matrix = attach_distributed(matrix, options.backend, options.generation, plan.out, progress=not options.quiet)
         dump_model(matrix, plan.out / "matrix.yaml", command=plan.command)
-    return _report(plan, summary, matrix)
+    return ProbeResult(plan.backend_id, plan.out / JOURNAL, plan.out / "matrix.yaml", summary, matrix,
+                       _exit_code(summary, matrix))
 
 
-def _executor(options: ProbeOptions, plan: Any) -> Any:
+def _executor(options: ProbeOptions, plan: ProbePlan) -> Executor | None:
     """Where the workers run: None (this host's processes) or Ray actors, one per device of a cluster."""
     if options.executor != "ray":
         return None
-    from opmatrix.probes.runner.raypool import RayExecutor
+    from opmatrix.probes import RayExecutor
 
     return RayExecutor(address=options.ray_address, resource=options.ray_resource, backend=options.backend,
                        generation=options.generation, device_type=plan.backend_id.device_type)
@@ -259,7 +249,7 @@ def _known_backend(name: str, generation: str | None) -> BackendId:
 
 
 def _same_run(headers: list[JournalHeader], paths: list[str]) -> None:
-    from opmatrix.probes.runner.evidence import EvidenceKey
+    from opmatrix.probes import EvidenceKey
 
     runs = {h.run.model_copy(update={"shard": None}).model_dump_json(): p
             for h, p in zip(headers, paths, strict=True) if h.run is not None}
@@ -284,12 +274,12 @@ def _same_run(headers: list[JournalHeader], paths: list[str]) -> None:
 
 
 
-def merge(options: MergeOptions) -> int:
+def merge(options: MergeOptions) -> ExitCode:
     """Join shard journals into DIR/journal.jsonl and build DIR/matrix.yaml from them."""
     from opmatrix.matrix.build import build_matrix
     from opmatrix.matrix.journal import dumps_records, merge_records
     from opmatrix.matrix.verbs import merge_backend, merge_evidence, merge_runtime
-    from opmatrix.probes.runner.journal import rotate
+    from opmatrix.probes import rotate_journal as rotate
 
     out = check_out_path(options.out)
     refuse_inputs_as_outputs([("--out", out / JOURNAL), ("--out", out / "matrix.yaml")],
@@ -317,4 +307,4 @@ def merge(options: MergeOptions) -> int:
         f"merged {len(options.journals)} journal(s), {len(bodies)} record(s): {len(model.operators)} operators, "
         f"{model.cell_count()} cells, {len(model.skipped)} skipped task(s) -> {out / 'matrix.yaml'}"
     )
-    return 0
+    return ExitCode.OK

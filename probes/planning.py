@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import platform
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,15 +42,15 @@ def _now() -> str:
 
 def plan_op_tasks(sources: list[str], dtypes: list[str], options: dict[str, Any]) -> list[Task]:
     """One ``op`` task per (OpInfo, dtype), in a stable order."""
-    from opmatrix.probes.ops import task_id
+    from opmatrix.probes.ops import OpPayload, task_id
     from opmatrix.probes.runner import Task
 
     tasks: list[Task] = []
     for i, source in enumerate(sources):
         for j, dtype in enumerate(dtypes):
             tasks.append(
-                Task(id=task_id(source, dtype), kind="op", payload={"source": source, "dtype": dtype, "options": options},
-                     order=i * len(dtypes) + j)
+                Task(id=task_id(source, dtype), kind="op",
+                     payload=OpPayload(source=source, dtype=dtype, options=options).model_dump(), order=i * len(dtypes) + j)
             )
     return tasks
 
@@ -143,7 +143,6 @@ class ProbePlan:
     source: OpSource | None = None
     shard: tuple[int, int] | None = None
     devices: list[int] | str | None = None  # indices, or "all" (resolved by the workers)
-    run_options: dict[str, Any] = field(default_factory=dict)
     suites: frozenset[str] = frozenset({"runtime", "ops"})
 
 

@@ -6,8 +6,8 @@ are proportional to the dtype's cell counts in that mode, so every bar spans its
 as "share of cells per path"; the number after a bar is its cells, and the table beside the chart
 has every count::
 
-    >>> bars = chart_bars(cov)                       # doctest: +SKIP
-    >>> [(s.path, s.count) for s in bars[0].segments] # doctest: +SKIP
+    >>> bars = chart_bars(cov)  # needs a coverage table: not run  # doctest: +SKIP
+    >>> [(s.path, s.count) for s in bars[0].segments]  # needs a coverage table: not run  # doctest: +SKIP
     [('native', 120), ('rejected', 12)]
 """
 

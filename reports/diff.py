@@ -3,8 +3,8 @@
 The comparison is ``opmatrix.matrix.diff.diff_matrices`` (the same one ``opmatrix diff`` prints);
 this module only arranges its compact rows into the page's sections::
 
-    >>> view = diff_view(old, new)                                   # doctest: +SKIP
-    >>> [(r.op, r.dtypes, r.before, r.after) for r in view.worse]    # doctest: +SKIP
+    >>> view = diff_view(old, new)  # needs two matrices: not run  # doctest: +SKIP
+    >>> [(r.op, r.dtypes, r.before, r.after) for r in view.worse]  # needs two matrices: not run  # doctest: +SKIP
     [('aten.add.Tensor', 'bfloat16', 'native', 'fallback')]
 """
 

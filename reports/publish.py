@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import sys
+from typing import TextIO
 
 from opmatrix.schema import ArtifactError, Matrix, count_matrix, load_matrix, load_model
 from opmatrix.schema.outdir import claim_dir
@@ -12,9 +12,9 @@ from .compat import CompatView, compat_view
 from .gate import load_gate
 from .options import ReportOptions
 from .perf import load_record_dir, perf_view
-from .site import render_site
+from .site import SiteResult, render_site
 
-__all__ = ["report"]
+__all__ = ["report", "show"]
 
 
 def _compat(path: str, matrix: Matrix) -> CompatView:
@@ -26,8 +26,9 @@ def _compat(path: str, matrix: Matrix) -> CompatView:
     return compat_view(report)
 
 
-def report(args: ReportOptions) -> int:
-    """Render the support site; prints the index path. Exit 2 (via ArtifactError) on bad input."""
+def report(args: ReportOptions) -> SiteResult:
+    """Render the support site; the result names its index page (``.index``). Prints nothing
+    (:func:`show` is what the CLI prints); bad input raises ArtifactError."""
     matrix = load_matrix(args.matrix)
     baseline = load_matrix(args.baseline) if args.baseline else None
     gate = load_gate(args.gate, matrix) if args.gate else None
@@ -39,15 +40,21 @@ def report(args: ReportOptions) -> int:
             if args.records else None)
     command = args.command_line()  # written into every page: the line that regenerates the site
     with claim_dir(args.out, kind="site", command=command, force=args.force) as claim:
-        for note in claim.notes:
-            print(note, file=sys.stderr)
         result = render_site(matrix, args.out, baseline=baseline, gate=gate, compat=compat, perf=perf, command=command,
                              source=args.matrix)
-    print(f"matrix: {count_matrix(matrix).line()}", file=sys.stderr)
+    result.notes[:0] = claim.notes
+    result.counts = count_matrix(matrix).line()
+    return result
+
+
+def show(result: SiteResult, out: str, stdout: TextIO, stderr: TextIO) -> None:
+    """What ``opmatrix report`` prints: notes and counts on stderr, the index's path on stdout."""
+    for note in result.notes:
+        print(note, file=stderr)
+    print(f"matrix: {result.counts}", file=stderr)
     print(
         f"wrote {len(result.written)} files ({result.unchanged} unchanged"
-        f"{f', {len(result.removed)} removed' if result.removed else ''}) to {args.out}",
-        file=sys.stderr,
+        f"{f', {len(result.removed)} removed' if result.removed else ''}) to {out}",
+        file=stderr,
     )
-    print(result.index)
-    return 0
+    print(result.index, file=stdout)

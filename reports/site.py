@@ -63,6 +63,10 @@ class SiteResult:
     written: list[Path] = field(default_factory=list)
     unchanged: int = 0
     removed: list[Path] = field(default_factory=list)
+    #: what the output folder's claim had to say (a folder made by an older run, ...)
+    notes: list[str] = field(default_factory=list)
+    #: the matrix's counts, one line (:meth:`opmatrix.schema.MatrixCounts.line`)
+    counts: str = ""
 
 
 def _environment() -> jinja2.Environment:

@@ -3,7 +3,7 @@
 A gate result lists every failing cell, one line each; people need the shape of the problem. The
 grouping (:mod:`opmatrix.matrix.reasons`) is the one ``opmatrix gate`` prints, in the same order::
 
-    >>> plain_reasons(requirement)                                   # doctest: +SKIP
+    >>> plain_reasons(requirement)  # needs a gate requirement: not run  # doctest: +SKIP
     ['bmm is rejected for bfloat16, float16, float32', 'mul.Tensor gives wrong values for float32 noncontiguous, transposed input']
 """
 

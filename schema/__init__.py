@@ -33,6 +33,7 @@ from .enums import (
     ReferenceKind,
     Shapes,
 )
+from .exitcode import ExitCode
 from .gate import GateResult
 from .gcpause import gc_paused
 from .io import (
@@ -76,7 +77,7 @@ from .names import CellKey, OpName, TaskId, UnitId
 from .workloads import WorkloadRecord, WorkloadRequirement, WorkloadResult, WorkloadStep
 
 __all__ = [
-    "SCHEMA_VERSION", "DEFAULT_DTYPES", "PROCESS_FAULTS", "TENSOR", "CellKey", "FaultOutcome", "FaultScope", "GateResult", "OpName",
+    "SCHEMA_VERSION", "DEFAULT_DTYPES", "PROCESS_FAULTS", "TENSOR", "CellKey", "ExitCode", "FaultOutcome", "FaultScope", "GateResult", "OpName",
     "ApiCoverage", "ApiService", "ArtifactError", "Autograd", "BackendId", "CellRecord", "CellResult",
     "CheckResult", "Contract", "DType", "DeviceInfo", "Entry", "EntryPart", "ErrorInfo", "Evidence", "ExecPath",
     "FallbackEvidence", "FallbackPolicy", "FallbackState", "FlakyPolicy", "JournalHeader", "Layout",

@@ -3,7 +3,7 @@
 ``probe``, ``report``, ``gate``, ``diff`` and ``validate`` print numbers from the same matrix; they
 must agree, so they all come from :func:`count_matrix`::
 
-    >>> count_matrix(m).line()                                    # doctest: +SKIP
+    >>> count_matrix(m).line()  # needs a matrix: not run  # doctest: +SKIP
     '606 cells (native 113, composite 36, decomposed 15, rejected 442) in 12 entries, 3 operators; 2411 samples'
 
 A *cell* is one (operator, dtype, rank, layout, mode, condition group) probe result; an *entry*

@@ -98,11 +98,6 @@ class FaultOutcome(TextEnum):
     crashed = "crashed"  # the process died
     poisoned = "poisoned"  # the device was unusable afterwards
 
-    @property
-    def ends_process(self) -> bool:
-        """Whether the worker process had to be replaced (crashed, hung, poisoned)."""
-        return self in PROCESS_FAULTS
-
 
 class FaultScope(_Ordered):
     """How far a fault reached, decided by what still worked afterwards (narrowest first).

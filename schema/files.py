@@ -3,8 +3,8 @@
 Caches only ever save time, so every reader treats a missing or broken entry as a miss. One root
 holds all of them, one folder per kind::
 
-    >>> import os; os.environ["OPMATRIX_CACHE_DIR"] = "/tmp/c"                # doctest: +SKIP
-    >>> cache_dir("matrices")                                                 # doctest: +SKIP
+    >>> import os; os.environ["OPMATRIX_CACHE_DIR"] = "/tmp/c"  # would change this process's environment: not run  # doctest: +SKIP
+    >>> cache_dir("matrices")  # would change this process's environment: not run  # doctest: +SKIP
     PosixPath('/tmp/c/matrices')
 
 The root is ``$OPMATRIX_CACHE_DIR``, else ``$XDG_CACHE_HOME/opmatrix``, else

@@ -19,6 +19,7 @@ from pydantic import Field
 from .base import Model
 from .contract import OperatorRequirement, WaiverMatch
 from .enums import DType, ExecPath, Layout, Mode, Outcome, TextEnum
+from .exitcode import ExitCode
 
 __all__ = [
     "BaselineChange",
@@ -203,6 +204,11 @@ class GateResult(Model):
     def passed(self) -> bool:
         """Whether the release may ship."""
         return self.verdict is Verdict.passed
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """The gate's exit status: OK when the release may ship, else BLOCKED."""
+        return ExitCode.OK if self.passed else ExitCode.BLOCKED
 
     def contradictions(self) -> str | None:
         """How the verdict disagrees with the reasons it lists (an edited result), or None. The

@@ -191,3 +191,16 @@ def test_the_import_reader_sees_both_spellings(tmp_path: Path, source: str, targ
     node = ast.parse(source).body[0]
     assert isinstance(node, ast.ImportFrom)
     assert _target("probes", ROOT / "probes" / "ops" / "x.py", node) == target
+
+
+def test_the_top_level_uses_the_probes_face():
+    """``opmatrix/`` reaches probes through its public face (``opmatrix.probes``): at most a few submodules by name."""
+    named = set()
+    for f in sorted((ROOT / "opmatrix").glob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("opmatrix.probes."):
+                named.add(node.module)
+    assert len(named) <= 4, f"opmatrix/ imports probes submodules {sorted(named)}"
+    import opmatrix.probes
+
+    assert all(hasattr(opmatrix.probes, name) for name in opmatrix.probes.__all__)

@@ -83,18 +83,33 @@ def test_gate_report_and_explain_from_python(tmp_path: Path, capsys: pytest.Capt
     """No argv: the site records the command made from its options."""
     monkeypatch.setattr(sys, "argv", ["jupyter-kernel", "--something-else"])
     matrix, contract = str(EXAMPLES / "softmax-matrix.yaml"), str(EXAMPLES / "refaccel-contract.yaml")
-    code = opmatrix.gate(opmatrix.GateOptions(matrix=matrix, contract=contract, json=str(tmp_path / "g.json")))
-    assert code == 1 and '"verdict": "blocked"' in (tmp_path / "g.json").read_text()  # no runtime checks in it
+    result = opmatrix.gate(opmatrix.GateOptions(matrix=matrix, contract=contract, json=str(tmp_path / "g.json")))
+    assert result.exit_code is opmatrix.ExitCode.BLOCKED and result.verdict.value == "blocked"
+    assert '"verdict": "blocked"' in (tmp_path / "g.json").read_text()  # no runtime checks in it
     site = tmp_path / "site"
-    assert opmatrix.report(opmatrix.ReportOptions(matrix=matrix, out=str(site))) == 0
+    assert opmatrix.report(opmatrix.ReportOptions(matrix=matrix, out=str(site))).index == site / "index.html"
     assert f"opmatrix report {matrix} --out {site}" in (site / "index.html").read_text()
     report = opmatrix.explain(opmatrix.ExplainOptions(matrix=matrix, model="mlp"))
     assert report.workload == "mlp" and report.nodes
-    capsys.readouterr()
-    assert opmatrix.query(opmatrix.QueryOptions(matrix=matrix, op="aten.softmax.int", dtype="float32", rank=2,
-                                                arg=("dim=-1",))) == 0
-    assert capsys.readouterr().out.startswith("aten.softmax.int float32 2 contiguous eager with dim=-1: ")
-    assert opmatrix.diff(opmatrix.DiffOptions(a=matrix, b=matrix)) == 0
+    assert capsys.readouterr().out == ""
+
+
+def test_the_library_returns_what_it_found_and_prints_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    """query returns the Answer (or the op's entries), diff the MatrixDiff; the CLI prints them."""
+    from opmatrix.cli import main
+    from opmatrix.matrix.verbs import OpEntries
+
+    matrix = str(EXAMPLES / "softmax-matrix.yaml")
+    cell = opmatrix.QueryOptions(matrix=matrix, op="aten.softmax.int", dtype="float32", rank=2, arg=("dim=-1",))
+    answer = opmatrix.query(cell)
+    assert isinstance(answer, opmatrix.Answer) and answer.known and answer.path.value == "native"
+    entries = opmatrix.query(opmatrix.QueryOptions(matrix=matrix, op="aten.softmax.int"))
+    assert isinstance(entries, OpEntries) and entries.op == "aten.softmax.int" and entries.entries
+    same = opmatrix.diff(opmatrix.DiffOptions(a=matrix, b=matrix))
+    assert same.empty and same.same_verdicts
+    assert capsys.readouterr().out == ""
+    assert main(["query", matrix, "aten.softmax.int", "--dtype", "float32", "--rank", "2", "--arg", "dim=-1"]) == 0
+    assert capsys.readouterr().out == f"aten.softmax.int float32 2 contiguous eager with dim=-1: {answer.summary()}\n"
 
 
 @pytest.mark.slow  # a real probe of refaccel in worker processes
@@ -103,7 +118,10 @@ def test_probe_from_python_records_the_command_of_its_options(tmp_path: Path, mo
     out = tmp_path / "p"
     opts = opmatrix.ProbeOptions(backend="refaccel", generation="g2", ops=("add",), dtypes=("float32",),
                                  no_runtime=True, no_compile=True, quiet=True, workers=1, out=str(out))
-    assert opmatrix.probe(opts) == 0
+    result = opmatrix.probe(opts)
+    assert result.exit_code is opmatrix.ExitCode.OK and result.journal == out / "journal.jsonl"
     m = load_matrix(out / "matrix.yaml")
+    assert result.matrix is not None and result.summary.recorded == result.summary.planned
+    assert sorted(result.matrix.operators) == sorted(m.operators) and result.matrix.cell_count() == m.cell_count()
     assert m.evidence.command == opts.command_line()
     assert "aten.add.Tensor" in m.operators

@@ -260,3 +260,11 @@ def test_tasks_an_earlier_run_timed_go_longest_first(tmp_path: Path) -> None:
     summary = run(make_tasks(4), command="runner test", backend="cpu", out_dir=tmp_path, workers=1, handlers=HANDLERS, progress=False)
     assert summary.probed == 4  # faulted records are timed, never reused
     assert _task_ids(tmp_path) == ["t2|float32", "t3|float32", "t1|float32", "t0|float32"]
+
+
+def test_engine_options_refuse_an_unknown_key(tmp_path: Path) -> None:
+    """A misspelt run option is refused by name before anything is written (it was dropped silently)."""
+    with pytest.raises(ValueError, match=r"^run options: op_source refused \(known: op_source_hash\)$"):
+        run(make_tasks(1), command="runner test", backend="cpu", out_dir=tmp_path / "o", workers=1, handlers=HANDLERS,
+            options={"op_source": "abc"}, progress=False)
+    assert not (tmp_path / "o").exists()

@@ -14,6 +14,7 @@ from opmatrix.schema import (
     ArtifactError,
     CellKey,
     DType,
+    ExitCode,
     FaultOutcome,
     Layout,
     Mode,
@@ -59,7 +60,7 @@ def test_fault_outcomes_are_the_faults_of_outcome():
     assert {o.value for o in Outcome if o.is_fault} == {f.value for f in FaultOutcome}
     assert Outcome.wrong.fault is None and Outcome.hung.fault is FaultOutcome.hung
     assert {f.value for f in PROCESS_FAULTS} == {"crashed", "hung", "poisoned"}
-    assert FaultOutcome.crashed.ends_process and not FaultOutcome.oom.ends_process
+    assert FaultOutcome.crashed in PROCESS_FAULTS and FaultOutcome.oom not in PROCESS_FAULTS
 
 
 def test_one_cache_directory_rule(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
@@ -178,3 +179,17 @@ def test_task_and_unit_ids_round_trip():
             UnitId.parse(bad)
     with pytest.raises(ValueError, match="task id"):
         TaskId.parse("softmax")
+
+
+def test_exit_codes_are_named_and_the_cli_returns_them(tmp_path: Path):
+    """``ExitCode`` names the process statuses; the CLI returns a member, 2 for a refused input."""
+    import opmatrix
+    from opmatrix.cli import main
+
+    assert opmatrix.ExitCode is ExitCode
+    assert [int(c) for c in (ExitCode.OK, ExitCode.FAILED, ExitCode.USAGE, ExitCode.INTERRUPTED)] == [0, 1, 2, 130]
+    assert ExitCode.BLOCKED is ExitCode.FAILED
+    missing = tmp_path / "absent.yaml"
+    code = main(["validate", str(missing)])
+    assert code is ExitCode.USAGE
+    assert main(["schema", "matrix"]) is ExitCode.OK

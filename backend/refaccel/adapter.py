@@ -205,10 +205,6 @@ class RefaccelAdapter(Adapter):
 
         return register_compile_backend()
 
-    def host_fallback_counter_names(self) -> list[str]:
-        """The counter this adapter reads."""
-        return ["opmatrix.backend.refaccel.fallback_counts"]
-
 
 def _describe_generation(generation: str | None) -> None:
     """Before install, identity questions describe the adapter's generation (no registration)."""

@@ -5,9 +5,13 @@ Dynamo captures the graph; aot_autograd lowers it to ATen with ``core_aten_decom
 lowered graph then runs on the device with host fallback disabled, so a compiled graph uses native
 kernels only and an op that would need the host is rejected. This is the ``decomposed`` path::
 
+    >>> from opmatrix.backend.refaccel import install
+    >>> _ = install()
     >>> register_compile_backend()
     'refaccel'
-    >>> torch.compile(torch.addcmul, backend="refaccel")(x, y, z)   # eager: rejected
+    >>> x = torch.ones(3, device="refaccel")
+    >>> torch.compile(torch.addcmul, backend="refaccel")(x, x, x).cpu()   # eager: rejected
+    tensor([2., 2., 2.])
 
 Registration imports ``torch._dynamo`` (about a second), so ``install`` does it only when dynamo
 is already loaded; the adapter's ``compile_backend()`` and ``register_compile_backend()`` do it

@@ -11,9 +11,15 @@ The composition happens at two levels so that every observer sees the components
 * the ``_softmax`` kernel itself composes when called directly outside its constraints (visible
   in the profiler as children of ``aten::_softmax``).
 
-    >>> x = torch.randn(4, 5, device="refaccel")
-    >>> torch.softmax(x, -1)    # native _softmax
-    >>> torch.softmax(x, 0)     # composite: amax, sub, exp, sum, div
+    >>> from opmatrix.backend.refaccel import install
+    >>> _ = install()
+    >>> x = torch.zeros(2, 4, device="refaccel")
+    >>> torch.softmax(x, -1).cpu()    # native _softmax
+    tensor([[0.2500, 0.2500, 0.2500, 0.2500],
+            [0.2500, 0.2500, 0.2500, 0.2500]])
+    >>> torch.softmax(x, 0).cpu()     # composite: amax, sub, exp, sum, div
+    tensor([[0.5000, 0.5000, 0.5000, 0.5000],
+            [0.5000, 0.5000, 0.5000, 0.5000]])
 """
 
 from __future__ import annotations

@@ -7,7 +7,10 @@ views, computed by the CPU kernel, copied back (respecting ``out=`` and in-place
 counted per overload. Everything else is rejected. Inside a ``refaccel`` compiled graph no host
 fallback is allowed (``no_host_fallback``)::
 
-    >>> reset_fallback_counts(); torch.sort(x); fallback_counts()
+    >>> from opmatrix.backend.refaccel import install
+    >>> _ = install()
+    >>> x = torch.tensor([3.0, 1.0, 2.0], device="refaccel")
+    >>> reset_fallback_counts(); _ = torch.sort(x); fallback_counts()
     {'aten::sort.values_stable': 1}
 """
 

@@ -4,7 +4,7 @@ Faults come from ``OPMATRIX_REFACCEL_FAULT`` (read at install; comma-separated `
 from the API; ``op`` is a full overload (``aten::mul.Tensor``) or an operator (``aten::mul``)::
 
     OPMATRIX_REFACCEL_FAULT=crash:aten::mul.Tensor python probe.py    # SIGSEGV inside the call
-    >>> inject_fault("poison", "aten::add.Tensor")    # that call fails, and so does every later one
+    >>> inject_fault("poison", "aten::add.Tensor")  # every later call fails: not run here  # doctest: +SKIP
 
 Modes, by how far the fault reaches (its *scope*): ``fail`` (the call fails with a runtime error;
 everything else still works: operation), ``poison-stream`` (the call fails and the stream it ran

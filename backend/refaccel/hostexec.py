@@ -6,6 +6,9 @@ ops write device memory directly; ``out=`` arguments get fresh CPU outputs that 
 tensors. ``run`` returns what the op's schema promises: in-place / out results are the caller's
 device tensors themselves::
 
+    >>> from opmatrix.backend.refaccel import install
+    >>> _ = install()
+    >>> x = y = torch.ones(2, device="refaccel")
     >>> run(torch.ops.aten.add.Tensor, (x, y), {})          # x, y on refaccel:0
     tensor(..., device='refaccel:0')
 """

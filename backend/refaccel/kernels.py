@@ -7,9 +7,16 @@ fallback when the generation allows it for that op, or rejected with a message n
 dtype, layout, rank and device. Ops without a kernel reach the boxed fallback
 (``fallback.py``), which applies the same policy::
 
+    >>> from opmatrix.backend.refaccel import install
+    >>> _ = install()
     >>> x = torch.ones(2, 3, device="refaccel")
     >>> (x + x).cpu()                                # native aten::add.Tensor
+    tensor([[2., 2., 2.],
+            [2., 2., 2.]])
     >>> torch.ones(2, dtype=torch.int8, device="refaccel").exp()   # rejected: dtype int8
+    Traceback (most recent call last):
+    ...
+    opmatrix.backend.refaccel.errors.RefaccelUnsupportedError: refaccel: aten::exp does not support dtype int8 ...
 """
 
 from __future__ import annotations

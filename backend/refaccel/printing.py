@@ -6,6 +6,8 @@ tensors of device types it knows to be like that (``xla``, ``lazy``, ``ipu``, ``
 first. ``register`` extends that rule to ``refaccel``, so printing never counts as a fallback nor
 fails on an unsupported op::
 
+    >>> from opmatrix.backend.refaccel import install
+    >>> _ = install()
     >>> torch.ones(2, device="refaccel:1")
     tensor([1., 1.], device='refaccel:1')
 """

@@ -3,6 +3,8 @@
 Random kernels (``normal_``, ``uniform_``, ``random_``, ``bernoulli_``) draw from the device's
 generator unless the call passes one, so::
 
+    >>> import torch; from opmatrix.backend.refaccel import install
+    >>> _ = install()
     >>> torch.refaccel.manual_seed(7); a = torch.randn(3, device="refaccel")
     >>> torch.refaccel.manual_seed(7); b = torch.randn(3, device="refaccel")
     >>> torch.equal(a.cpu(), b.cpu())

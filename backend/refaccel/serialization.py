@@ -5,7 +5,10 @@ Saving needs nothing special (PyTorch copies each device storage to the host thr
 refaccel's allocator and copying the bytes in; it works with ``weights_only=True`` and with
 ``map_location`` (``"cpu"``, ``"refaccel:1"``)::
 
-    >>> buf = io.BytesIO(); torch.save(x, buf); buf.seek(0)
+    >>> import io; from opmatrix.backend.refaccel import install
+    >>> _ = install()
+    >>> x = torch.ones(2, device="refaccel")
+    >>> buf = io.BytesIO(); torch.save(x, buf); _ = buf.seek(0)
     >>> torch.load(buf, weights_only=True).device
     device(type='refaccel', index=0)
 """

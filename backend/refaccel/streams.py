@@ -8,6 +8,9 @@ recorded events created with ``enable_timing=True``. refaccel runs every kernel 
 before the call returns, the strongest implementation of that contract (no overlap to lose).
 The current stream is thread-local and per device::
 
+    >>> from opmatrix.backend.refaccel import install
+    >>> _ = install()
+    >>> x = torch.ones(2, device="refaccel")
     >>> s = torch.refaccel.Stream()
     >>> with torch.refaccel.stream(s):
     ...     y = x * 2
@@ -60,7 +63,6 @@ class Stream:
         least, greatest = _PRIORITY_RANGE
         self.priority = max(greatest, min(least, priority))  # clamped to the range, as CUDA does
         self.stream_id = next(_IDS) if _stream_id is None else _stream_id
-        self._last_work = time.perf_counter()
 
     @staticmethod
     def priority_range() -> tuple[int, int]:

@@ -148,8 +148,3 @@ def load_fallback_dtypes(generation: str) -> frozenset[torch.dtype]:
 def storable_dtypes() -> tuple[torch.dtype, ...]:
     """Dtypes device memory can hold (allocation and copies); others are rejected."""
     return tuple(getattr(torch, n) for n in load_table()["storable"])
-
-
-def decomposed_ops() -> list[str]:
-    """Ops documented as available only through ``torch.compile(backend="refaccel")``."""
-    return list(load_table().get("decomposed", []))

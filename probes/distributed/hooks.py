@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TextIO
+
+from opmatrix.schema.distributed import CaseKind, DistCase, DistOutcome, Distributed, PoisonScope
 
 if TYPE_CHECKING:
     from opmatrix.schema import Matrix
 
-__all__ = ["attach_distributed"]
+__all__ = ["attach_distributed", "distributed_failed", "distributed_line", "doctor_distributed", "render_doctor_distributed"]
 
 
 def attach_distributed(matrix: Matrix, backend: str, generation: str | None, out: Path, *, progress: bool) -> Matrix:
@@ -17,29 +19,38 @@ def attach_distributed(matrix: Matrix, backend: str, generation: str | None, out
     from .suite import run_suite
 
     section = run_suite(backend, generation, out, progress=progress)
-    counts = Counter(c.outcome.value for c in section.cases)
-    print(f"distributed ({section.c10d_backend}): {len(section.cases)} cases, "
-          + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
     return matrix.model_copy(update={"distributed": section})
 
 
-def doctor_distributed(backend: str, generation: str | None, *, as_json: bool) -> tuple[int, dict[str, Any]]:
-    """``doctor --level 5``: run the suite in a scratch folder; exit 1 when a case is wrong or faulted.
+def distributed_line(section: Distributed) -> str:
+    """One line for a probe's summary: the c10d backend and the cases per outcome."""
+    counts = Counter(c.outcome.value for c in section.cases)
+    return (f"distributed ({section.c10d_backend}): {len(section.cases)} cases, "
+            + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
 
-    A clean refusal (``unsupported``) is a gap the report names, not a doctor failure.
-    """
+
+def doctor_distributed(backend: str, generation: str | None) -> Distributed:
+    """``doctor --level 5``: run the suite in a scratch folder; the section (see :func:`distributed_failed`)."""
     import tempfile
 
     from .suite import run_suite
 
     with tempfile.TemporaryDirectory(prefix="opm-doctor-dist-") as tmp:
-        section = run_suite(backend, generation, Path(tmp), progress=False)
-    bad = [c for c in section.cases if c.outcome.value not in ("ok", "unsupported")]
-    if not as_json:
-        print(f"\nlevel 5: distributed ({section.c10d_backend}), {len(section.cases)} cases")
-        for c in section.cases:
-            if c.outcome.value != "ok" or c.kind.value == "failure":
-                scope = f" [poison scope: {c.poison_scope.value}]" if c.poison_scope.value != "none" else ""
-                print(f"  {c.outcome.value:<12} {c.id}{scope}: {(c.error or '')[:160]}")
-        print(f"  {sum(c.outcome.value == 'ok' for c in section.cases)} ok, {len(bad)} wrong or faulted")
-    return (1 if bad else 0), section.model_dump(mode="json")
+        return run_suite(backend, generation, Path(tmp), progress=False)
+
+
+def distributed_failed(section: Distributed) -> list[DistCase]:
+    """The cases that fail the doctor: wrong or faulted. A clean refusal (``unsupported``) is a gap
+    the report names, not a doctor failure."""
+    return [c for c in section.cases if c.outcome not in (DistOutcome.ok, DistOutcome.unsupported)]
+
+
+def render_doctor_distributed(section: Distributed, out: TextIO) -> None:
+    """The level 5 part of the doctor's table: every case that is not plainly ok."""
+    bad = distributed_failed(section)
+    print(f"\nlevel 5: distributed ({section.c10d_backend}), {len(section.cases)} cases", file=out)
+    for c in section.cases:
+        if c.outcome is not DistOutcome.ok or c.kind is CaseKind.failure:
+            scope = f" [poison scope: {c.poison_scope.value}]" if c.poison_scope is not PoisonScope.none else ""
+            print(f"  {c.outcome.value:<12} {c.id}{scope}: {(c.error or '')[:160]}", file=out)
+    print(f"  {sum(c.outcome is DistOutcome.ok for c in section.cases)} ok, {len(bad)} wrong or faulted", file=out)

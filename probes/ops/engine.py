@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
-from opmatrix.probes.ops import task_id
+from opmatrix.probes.ops import OpPayload, task_id
 from opmatrix.probes.runner import Skip, WorkerPoisoned
 from opmatrix.schema import (
     Autograd,
@@ -373,6 +373,5 @@ def probe_task(adapter_or_ctx: Adapter | WorkerContext | InlineContext, source: 
 def handle(ctx: WorkerContext, task: Task, progress: Callable[[str], None], skip: Mapping[str, Skip],
            skip_rest: Skip | None) -> TaskRecord:
     """Runner entry point for tasks of kind ``op``: payload ``{"source", "dtype", "options"}``."""
-    p = task.payload
-    return probe_task(ctx, p["source"], p["dtype"], options=p.get("options") or getattr(ctx, "options", None),
-                      progress=progress, skip=skip, skip_rest=skip_rest)
+    p = OpPayload.model_validate(task.payload)
+    return probe_task(ctx, p.source, p.dtype, options=p.options, progress=progress, skip=skip, skip_rest=skip_rest)

@@ -7,7 +7,7 @@ and its aliases); internal overloads reached through a public one (``_softmax`` 
 dropping leading underscores, a ``native_`` prefix and trailing ``_word`` parts until a name
 matches::
 
-    >>> opinfo_names(["aten.gelu.default", "aten._softmax.default"])     # doctest: +SKIP
+    >>> opinfo_names(["aten.gelu.default", "aten._softmax.default"])  # imports OpInfo (seconds): not run  # doctest: +SKIP
     {'aten.gelu.default': ['nn.functional.gelu'], 'aten._softmax.default': ['softmax']}
 
 The table is built from ``op_db`` once per torch install and cached beside OpInfo's name index.

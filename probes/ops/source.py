@@ -2,7 +2,7 @@
 
 Each OpInfo is addressed by its full name (``softmax``, ``softmax.with_dtype``)::
 
-    >>> [o.full_name for o in select_ops(["softmax"])]                    # doctest: +SKIP
+    >>> [o.full_name for o in select_ops(["softmax"])]  # imports OpInfo (seconds): not run  # doctest: +SKIP
     ['softmax', 'softmax.with_dtype']
 
 Samples are generated once per (OpInfo, dtype) on the CPU with a fixed seed; rank and layout

@@ -117,7 +117,8 @@ def engine_state(ctx: WorkerContext | InlineContext) -> EngineState:
         st.backend_fallback = observe.has_backend_fallback(ctx.adapter.dispatch_key)
         ctx.adapter.health_baseline()  # before any probe: "poisoned" needs it to have passed
         cache["op_engine"] = st
-    return st  # type: ignore[no-any-return]
+    assert isinstance(st, EngineState)
+    return st
 
 
 class InlineContext:

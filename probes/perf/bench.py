@@ -19,7 +19,7 @@ from typing import Any
 
 from opmatrix.probes.options import BenchOptions
 from opmatrix.probes.planning import checked_adapter
-from opmatrix.schema import UsageError, dump_model, validate_data
+from opmatrix.schema import ExitCode, UsageError, dump_model, validate_data
 from opmatrix.schema.perf import PerfRecord
 from opmatrix.schema.userref import child_env
 
@@ -126,7 +126,7 @@ def measure_all(specs: list[dict[str, Any]], runs: int, timeout: float) -> tuple
     return merged, list(failed.values())
 
 
-def bench(args: BenchOptions) -> int:
+def bench(args: BenchOptions) -> ExitCode:
     """Run ``opmatrix bench``; 0 when every subject produced a record, 1 otherwise.
 
     Every argument is checked (the options, the subjects, the backend and its generation) before
@@ -144,4 +144,4 @@ def bench(args: BenchOptions) -> int:
     for why in failures:
         print(why, file=sys.stderr)
     print(f"{len(records)}/{len(specs)} records in {out} ({time.monotonic() - t0:.0f} s)")
-    return 1 if failures else 0
+    return ExitCode.FAILED if failures else ExitCode.OK

@@ -10,13 +10,17 @@
 See :mod:`.task` for the handler contract and :mod:`.runner` for the fault rules.
 """
 
-from .entry import run
+from .entry import engine_options, run
+from .evidence import EngineOptions, WorkerIdentity
 from .runner import MAX_TASK_FAULTS, RunSummary, default_max_restarts
 from .shard import parse_shard, select_shard
 from .task import Handler, Skip, Task, WorkerContext, WorkerPoisoned
 
 __all__ = [
     "MAX_TASK_FAULTS",
+    "EngineOptions",
+    "WorkerIdentity",
+    "engine_options",
     "Handler",
     "RunSummary",
     "Skip",

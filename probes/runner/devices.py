@@ -13,12 +13,11 @@ wrong as *device-dependent* (a bad chip is a finding, not noise)::
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import BaseModel
 
 from opmatrix.schema import DeviceCells, Outcome, TaskRecord
 
+from .evidence import WorkerIdentity
 from .executor import Worker
 from .plan import Job
 
@@ -41,12 +40,12 @@ class RunDevices:
         """--devices all before any worker said how many devices there are."""
         return self.plan is not None and self.count is None
 
-    def ready(self, handle: Worker, identity: dict[str, Any]) -> int | None:
+    def ready(self, handle: Worker, identity: WorkerIdentity) -> int | None:
         """A worker is ready: note its device; the number of workers the run wants, when it now knows."""
-        handle.device, handle.device_uuid = identity.get("device"), identity.get("device_uuid")
-        handle.host = str(identity.get("host") or "")
-        count = identity.get("device_count")
-        if self.plan is None or not isinstance(count, int) or self.count is not None:
+        handle.device, handle.device_uuid = identity.device, identity.device_uuid
+        handle.host = identity.host or ""
+        count = identity.device_count
+        if self.plan is None or count is None or self.count is not None:
             return None
         self.count = count
         return count if self.grow else None

@@ -6,12 +6,13 @@
 inside the worker (one worker per device unless ``workers``); each task record names its device,
 and a wrong cell is probed again on another device (the matrix marks it device-dependent when
 that one is right). ``shard=(i, n)``: only that
-slice of the tasks. ``max_restarts``: default :func:`default_max_restarts`. ``options`` reach
-handlers as ``ctx.options``; ``options["op_source_hash"]`` is part of every evidence key.
+slice of the tasks. ``max_restarts``: default :func:`default_max_restarts`. ``options``: the
+:class:`~.evidence.EngineOptions` (or their mapping, unknown keys refused): ``op_source_hash`` is
+part of every evidence key; handlers see them as ``ctx.options``.
 ``handlers``: each task kind's :class:`~.task.Handler` (``kind -> "module:attribute"``; the suites'
 are :data:`opmatrix.probes.handlers.TASK_HANDLERS`), a kind without one is refused. ``threads``: torch
-threads per worker (default: cores / workers). ``header``: journal header fields that
-override what the runner fills in (e.g. ``evidence`` with ``op_source``, ``runtime``).
+threads per worker (default: cores / workers). ``run_identity``: the caller's identity of the
+run, written into the journal header (what ``--resume`` must match).
 ``executor``: where workers run (:mod:`.executor`; default this host's processes, or
 :class:`~.raypool.RayExecutor`: one Ray actor per device of a cluster). ``command``: the command
 line the run stands for, as the journal header and the matrix's evidence record it and as an
@@ -25,11 +26,14 @@ import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+from pydantic import ValidationError
 
 from opmatrix.schema import FaultOutcome
 
 from .calibrate import Calibration, applied, current
+from .evidence import EngineOptions
 from .executor import Executor
 from .infra import InfrastructureFailure, io_cause
 from .plan import Aborted, RunSummary, default_max_restarts, ordered, sigterm_as_interrupt
@@ -37,7 +41,10 @@ from .runner import Run
 from .shard import select_shard
 from .task import Task, check_kinds
 
-__all__ = ["run"]
+if TYPE_CHECKING:
+    from opmatrix.schema.journal import RunIdentity
+
+__all__ = ["engine_options", "run"]
 
 _FAULTS = frozenset(f.value for f in FaultOutcome)  # the outcomes a summary counts as faults
 
@@ -54,12 +61,12 @@ def run(
     devices: Sequence[int | str] | str | None = None,
     shard: tuple[int, int] | None = None,
     max_restarts: int | None = None,
-    options: Mapping[str, Any] | None = None,
+    options: EngineOptions | Mapping[str, str] | None = None,
     progress: bool = True,
     command: str,
     handlers: Mapping[str, str],
     threads: int | None = None,
-    header: Mapping[str, Any] | None = None,
+    run_identity: RunIdentity | None = None,
     executor: Executor | None = None,
 ) -> RunSummary:
     """Run ``tasks`` on ``backend`` in spawned workers, journaling to ``out_dir/journal.jsonl`` (see the module doc)."""
@@ -67,6 +74,7 @@ def run(
     # the deadlines measure the machine: a unit's --timeout and a worker's start scale with how slow a
     # plain child and the backend's start were just now; workers and case hosts inherit the measurement
     calibration = current(backend, generation, keep=False)
+    engine = engine_options(options)
     planned = ordered(tasks)
     check_kinds(planned, handlers)
     if shard is not None:
@@ -82,8 +90,8 @@ def run(
             resume=resume, grace=calibration.worker_grace(timeout),
             devices=plan, grow_to_devices=plan == "all" and workers is None,
             max_restarts=default_max_restarts(n, len(planned)) if max_restarts is None else max_restarts,
-            options=dict(options or {}), progress=progress, command=command,
-            handlers=dict(handlers), threads=threads, header=dict(header or {}), executor=executor,
+            options=engine, progress=progress, command=command,
+            handlers=dict(handlers), threads=threads, run_identity=run_identity, executor=executor,
         )
     except BaseException:
         if executor is not None:
@@ -126,6 +134,18 @@ def _stopped_by_machine(summary: RunSummary, exc: BaseException, journal: Path, 
     summary.infrastructure = summary.infrastructure or cause
     summary.message = (f"stopped by the machine, not by any probe: {summary.infrastructure}; nothing was recorded "
                        f"against a unit for it; continue with: {again}")
+
+
+def engine_options(options: EngineOptions | Mapping[str, str] | None) -> EngineOptions:
+    """The run's engine options; a mapping with a key the runner does not know is refused by name."""
+    if options is None or isinstance(options, EngineOptions):
+        return options or EngineOptions()
+    try:
+        return EngineOptions.model_validate(dict(options))
+    except ValidationError as exc:
+        bad = ", ".join(".".join(map(str, e["loc"])) for e in exc.errors())
+        known = ", ".join(EngineOptions.model_fields)
+        raise ValueError(f"run options: {bad} refused (known: {known})") from None
 
 
 def _workers(devices: Sequence[int | str] | str | None, workers: int | None,

@@ -16,7 +16,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["FORMAT", "EvidenceKey"]
+from pydantic import BaseModel, ConfigDict
+
+__all__ = ["FORMAT", "EngineOptions", "EvidenceKey", "WorkerIdentity"]
 
 #: the evidence key's format (its fields and how they print)
 FORMAT = 1
@@ -48,3 +50,46 @@ class EvidenceKey:
         """A printed key's named fields (``torch``, the adapter's ``driver``/``gen``..., ``ops``,
         ``code``): what two keys differ in, or the generation a run was measured on."""
         return dict(part.partition("=")[::2] for part in (key or "").split("|") if "=" in part)
+
+
+class WorkerIdentity(BaseModel):
+    """What a worker saw once its backend was set up: the torch build, the adapter's driver identity,
+    the probe code's hash, and (with ``--devices``) the device it probes. The run's evidence key and
+    journal header are made from it; it is cached per fingerprint (:mod:`.identity`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: ``"2.13.0 git=abc"``: plain text, so that the parent never imports torch to read it
+    torch: str
+    #: the adapter's :meth:`~opmatrix.backend.base.Adapter.evidence_key` (backend, generation, driver ...)
+    adapter: str
+    #: the hash of the adapter's and the handlers' source
+    code: str = ""
+    torch_version: str
+    torch_git: str | None = None
+    device_type: str | None = None
+    dispatch_key: str | None = None
+    #: the adapter's versions (driver, firmware, isa, stepping, backend_version), as text
+    versions: dict[str, str | None] = {}
+    #: the device this worker probes, as torch names it, and its stable identity (``--devices``)
+    device: str | None = None
+    device_uuid: str | None = None
+    device_count: int | None = None
+    #: the Ray node the worker runs on (a Ray executor's workers)
+    node: str | None = None
+    #: the host name of the machine the worker runs on (beside the device in every record)
+    host: str | None = None
+
+    def evidence_key(self, op_source: str = "") -> EvidenceKey:
+        """The evidence key of this identity with the op source's hash."""
+        return EvidenceKey(torch=self.torch, adapter=self.adapter, op_source=op_source, code=self.code)
+
+
+class EngineOptions(BaseModel):
+    """The run's options the runner itself reads; unknown keys are refused (a typo is never a
+    silently different run)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: the hash of the operator source the tasks come from: part of every evidence key
+    op_source_hash: str = ""

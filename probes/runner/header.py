@@ -4,22 +4,25 @@ from __future__ import annotations
 
 import datetime as dt
 import platform
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
-__all__ = ["header_line", "other_subject"]
+from .evidence import EvidenceKey, WorkerIdentity
+
+if TYPE_CHECKING:
+    from opmatrix.schema import JournalHeader
+    from opmatrix.schema.journal import RunIdentity
+
+__all__ = ["journal_header", "other_subject"]
 
 
-def _subject(identity: Mapping[str, Any]) -> tuple[str, str]:
+def _subject(identity: WorkerIdentity) -> tuple[str, str]:
     """(device type, generation) a worker's identity says it probes (the generation from the
     adapter's evidence key: ``...|gen=g2``)."""
-    from .evidence import EvidenceKey
-
-    return str(identity.get("device_type") or ""), EvidenceKey.fields(str(identity.get("adapter") or "")).get("gen", "None")
+    return identity.device_type or "", EvidenceKey.fields(identity.adapter).get("gen", "None")
 
 
-def other_subject(identity: Mapping[str, Any], *, backend: str, generation: str | None,
-                  first: Mapping[str, Any] | None) -> str | None:
+def other_subject(identity: WorkerIdentity, *, backend: str, generation: str | None,
+                  first: WorkerIdentity | None) -> str | None:
     """Why a worker's records would describe another backend than the run's header, or None.
 
     The header names the backend and generation the run was asked for and the device type of its
@@ -36,18 +39,19 @@ def other_subject(identity: Mapping[str, Any], *, backend: str, generation: str 
     return None
 
 
-def header_line(key: str, identity: Mapping[str, Any], *, backend: str, generation: str | None, planned: int,
-                command: str, extra: Mapping[str, Any]) -> str:
-    """The header as one JSON line; ``extra`` overrides what the runner fills in."""
+def journal_header(key: str, identity: WorkerIdentity, *, backend: str, generation: str | None, planned: int,
+                   command: str, run: RunIdentity | None) -> JournalHeader:
+    """The header of a run whose worker reported ``identity`` (evidence key ``key``); ``run`` is the
+    caller's identity of the run (what ``--resume`` must match), when it has one."""
     from opmatrix.schema import Evidence, JournalHeader
     from opmatrix.schema.version import __version__
 
     started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    versions = identity.get("versions") or {}
+    versions = identity.versions
     evidence = Evidence(
         opmatrix_version=__version__,
-        torch_version=identity["torch_version"],
-        torch_git=identity["torch_git"],
+        torch_version=identity.torch_version,
+        torch_git=identity.torch_git,
         python=platform.python_version(),
         platform=platform.platform(),
         command=command,
@@ -55,16 +59,6 @@ def header_line(key: str, identity: Mapping[str, Any], *, backend: str, generati
         driver=versions.get("driver"), firmware=versions.get("firmware"), isa=versions.get("isa"),
         stepping=versions.get("stepping"), backend_version=versions.get("backend_version"),
     )
-    fields: dict[str, Any] = {
-        "backend": backend,
-        "generation": generation,
-        "planned": planned,
-        "command": command,
-        "evidence_key": key,
-        "started": started,
-        "evidence": evidence,
-        "device_type": identity.get("device_type"),
-        "dispatch_key": identity.get("dispatch_key"),
-    }
-    fields.update(extra)
-    return JournalHeader(**fields).model_dump_json()
+    return JournalHeader(backend=backend, generation=generation, planned=planned, command=command, evidence_key=key,
+                         started=started, evidence=evidence, device_type=identity.device_type,
+                         dispatch_key=identity.dispatch_key, run=run)

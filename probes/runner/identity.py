@@ -32,9 +32,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from opmatrix.schema.files import read_cache_json, write_cache_entry
 
-from .evidence import FORMAT, EvidenceKey
+from .evidence import FORMAT, WorkerIdentity
 from .worker import CODE_SUFFIXES, code_hash
 
 __all__ = ["HOST_IDENTIFIED", "IDENTITY_FILE", "cached_identity", "fingerprint", "store_identity"]
@@ -103,7 +105,7 @@ def fingerprint(
     devices: list[int] | None,
     kinds: Iterable[str],
     handlers: Mapping[str, str],
-    options: Mapping[str, Any],
+    options: Mapping[str, object],
 ) -> str | None:
     """The fingerprint of this run's identity, or None when ``backend`` is not host-identified."""
     if backend not in HOST_IDENTIFIED:
@@ -130,7 +132,7 @@ def fingerprint(
     return digest.hexdigest()[:32]
 
 
-def cached_identity(out_dir: Path, fp: str | None) -> dict[str, Any] | None:
+def cached_identity(out_dir: Path, fp: str | None) -> WorkerIdentity | None:
     """The identity the last run of ``out_dir`` recorded under fingerprint ``fp``, if any."""
     if fp is None:
         return None
@@ -140,15 +142,14 @@ def cached_identity(out_dir: Path, fp: str | None) -> dict[str, Any] | None:
     if stored.get("format") != FORMAT:  # written for another evidence-key format: a miss (one worker start)
         return None
     try:
-        EvidenceKey.from_identity(stored["identity"])
-    except ValueError:  # lacks what a key needs: a miss
+        return WorkerIdentity.model_validate(stored["identity"])
+    except ValidationError:  # lacks what a key needs, or was written by another version: a miss
         return None
-    return stored["identity"]
 
 
-def store_identity(out_dir: Path, fp: str | None, identity: Mapping[str, Any]) -> None:
+def store_identity(out_dir: Path, fp: str | None, identity: WorkerIdentity) -> None:
     """Record ``identity`` under ``fp`` for the next run (atomic; never fails the run)."""
     if fp is None:
         return
-    write_cache_entry(out_dir / IDENTITY_FILE,
-                      json.dumps({"format": FORMAT, "fingerprint": fp, "identity": dict(identity)}, sort_keys=True))
+    write_cache_entry(out_dir / IDENTITY_FILE, json.dumps(
+        {"format": FORMAT, "fingerprint": fp, "identity": identity.model_dump(mode="json")}, sort_keys=True))

@@ -22,7 +22,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from opmatrix.schema.journalfile import scan_journal
 
@@ -43,9 +43,10 @@ def task_key(run_key: str, task: Task) -> str:
 
 @dataclass
 class JournalState:
-    """What an existing journal holds: its header and the complete record lines by task id."""
+    """What an existing journal holds: its header line and the complete record lines by task id."""
 
-    header: dict[str, Any] | None = None
+    #: the header as its JSON line (read, never re-validated: a rotated journal keeps it as it was)
+    header: str | None = None
     records: dict[str, str] = field(default_factory=dict)
     dropped_tail: bool = False
 
@@ -54,7 +55,8 @@ def _scan(path: Path) -> tuple[JournalState, int]:
     """Parse ``path`` (the one journal reader's rules); returns the state and the byte length of
     its complete, valid prefix. A corrupt line in the middle is an ArtifactError naming the fix."""
     scan = scan_journal(path, strict=False)
-    state = JournalState(header=scan.header_data, records=dict(scan.lines), dropped_tail=scan.torn)
+    header = json.dumps(scan.header_data) if scan.header_data is not None else None
+    state = JournalState(header=header, records=dict(scan.lines), dropped_tail=scan.torn)
     return state, scan.good_bytes
 
 
@@ -101,7 +103,7 @@ def rotate(path: Path) -> None:
         return
     prev = path.with_name(path.name + PREV_SUFFIX)
     merged: dict[str, str] = {}
-    header: dict[str, Any] | None = None
+    header: str | None = None
     for source in (prev, path):  # the newer journal wins per task
         if source.exists():
             state, _ = _scan(source)
@@ -111,7 +113,7 @@ def rotate(path: Path) -> None:
     try:
         with tmp.open("w", encoding="utf-8") as fh:
             if header is not None:
-                fh.write(json.dumps(header) + "\n")
+                fh.write(header + "\n")
             for task_id in sorted(merged):
                 fh.write(merged[task_id] + "\n")
         os.replace(tmp, prev)
@@ -154,7 +156,8 @@ class OpenedJournal:
     """A run's journal, opened: what it resumed, what may be reused, the tasks still to run."""
 
     journal: Journal
-    header: dict[str, Any] | None
+    #: the evidence key in the header of the journal resumed (None: a fresh journal, or none in it)
+    resumed_key: str | None
     reusable: dict[str, str]
     progress: Progress
     resumed: int
@@ -180,4 +183,5 @@ def open_run_journal(path: Path, tasks: list[Task], *, resume: bool, workers: in
             shown.add(json.loads(line), fresh=False)
     todo = [t for t in tasks if t.id not in state.records]
     todo.sort(key=lambda t: -past_seconds.get(t.id, float("inf")))
-    return OpenedJournal(Journal(path), state.header, reusable, shown, resumed, todo)
+    key = json.loads(state.header).get("evidence_key") if state.header is not None else None
+    return OpenedJournal(Journal(path), key if isinstance(key, str) else None, reusable, shown, resumed, todo)

@@ -14,10 +14,10 @@ unusable: the worker exits, the unit is blamed). Parent -> worker: :class:`RunTa
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from opmatrix.schema import FaultOutcome
 
+from .evidence import WorkerIdentity
 from .task import Skip, Task
 
 __all__ = ["Done", "Fault", "FromWorker", "Poisoned", "Ready", "RunTask", "SetupFailed", "Stop", "ToWorker"]
@@ -47,7 +47,7 @@ class Ready:
     """The worker set its backend up; ``identity`` is the torch build and backend it saw."""
 
     slot: int
-    identity: dict[str, Any]
+    identity: WorkerIdentity
 
 
 @dataclass(frozen=True)

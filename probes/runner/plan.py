@@ -14,11 +14,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel
 
-from opmatrix.schema import FaultOutcome, TaskRecord
+from opmatrix.schema import ExitCode, FaultOutcome, TaskRecord
 
 from .task import Skip, Task, resolve_handler
 
@@ -112,9 +111,12 @@ class RunSummary:
         return sum(self.faults.values())
 
     @property
-    def exit_code(self) -> int:
-        """130 interrupted, 2 stopped by the machine (a full disk), 1 aborted (restart cap / workers cannot start), else 0."""
-        return 130 if self.interrupted else 2 if self.infrastructure else 1 if self.aborted else 0
+    def exit_code(self) -> ExitCode:
+        """INTERRUPTED; USAGE when the machine stopped the run (a full disk); FAILED when aborted
+        (restart cap / workers cannot start); else OK."""
+        if self.interrupted:
+            return ExitCode.INTERRUPTED
+        return ExitCode.USAGE if self.infrastructure else ExitCode.FAILED if self.aborted else ExitCode.OK
 
 
 @dataclass
@@ -146,13 +148,13 @@ class Job:
         the machine it ran on (host name; Ray node id), beside the device."""
         if not isinstance(record, TaskRecord):
             return record
-        stamp: dict[str, Any] = {"attempts": max(self.attempts, 1), "worker": worker, "host": self.host or None,
-                                 "node": self.node or None}
+        seconds = record.seconds
         if not record.seconds or self.attempts > 1:
             # a task that faulted ran over several workers: its time is all of them (the
             # handler knows only its last attempt), which is what scheduling needs next time
-            stamp["seconds"] = round(time.monotonic() - self.started, 3)
-        return record.model_copy(update=stamp)
+            seconds = round(time.monotonic() - self.started, 3)
+        return record.model_copy(update={"attempts": max(self.attempts, 1), "worker": worker, "seconds": seconds,
+                                         "host": self.host or None, "node": self.node or None})
 
 
 #: faults worth a second try in a fresh worker: the process died, which accumulated state (a JIT

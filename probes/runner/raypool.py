@@ -203,17 +203,12 @@ class RayExecutor:
         forwarded = {k: v for k, v in spec.env.items() if k.startswith(FORWARDED)}
         # a GPU actor sees only its GPU (Ray sets CUDA_VISIBLE_DEVICES): device 0 there
         spec = replace(spec, device=0 if gpu else index, device_plan=None, env=forwarded)
-        options: dict[str, Any] = {
-            "num_cpus": 0,
-            "max_restarts": 0,
-            "max_concurrency": 4,  # run() blocks one thread; look() and hang_report() answer on others
-            "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=node, soft=False),
-        }
-        if gpu:
-            options["num_gpus"] = 1
-        else:
-            options["resources"] = {self.resource: 1}
-        actor = self.host.options(**options).remote(slot, spec)
+        placement = {"num_gpus": 1} if gpu else {"resources": {self.resource: 1}}
+        actor = self.host.options(
+            num_cpus=0, max_restarts=0,
+            max_concurrency=4,  # run() blocks one thread; look() and hang_report() answer on others
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False), **placement,
+        ).remote(slot, spec)
         reader = self.reader.options(num_cpus=0, max_retries=0,
                                      scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False))
         return RayWorker(slot, actor, self.ray, poll=self.poll, node=node, device=None, reader=reader)

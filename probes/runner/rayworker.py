@@ -148,7 +148,7 @@ class RayWorker:
                 self._fault = (first.signal, first.message)
                 return
             if isinstance(first, Ready):
-                first.identity["node"] = self.node
+                first = Ready(first.slot, first.identity.model_copy(update={"node": self.node}))
             self._forward(first)
             if not isinstance(first, Ready):
                 return

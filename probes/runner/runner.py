@@ -22,7 +22,6 @@ import json
 import os
 import time
 from collections import deque
-from collections.abc import Mapping
 from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
@@ -30,13 +29,14 @@ from typing import Any
 from pydantic import BaseModel
 
 from opmatrix.schema import ArtifactError, FaultOutcome
+from opmatrix.schema.journal import RunIdentity
 from opmatrix.schema.journalfile import parse_record
 
 from . import zygote
 from .devices import RunDevices
-from .evidence import EvidenceKey
+from .evidence import EngineOptions, WorkerIdentity
 from .executor import Executor, LocalExecutor, Worker
-from .header import header_line, other_subject
+from .header import journal_header, other_subject
 from .identity import IDENTITY_FILE, cached_identity, fingerprint, store_identity
 from .infra import MemoryWatch, check_infrastructure
 from .journal import open_run_journal, task_key
@@ -65,9 +65,10 @@ class Run:
     """One run's state; :func:`run` is its public face."""
 
     def __init__(self, tasks: list[Task], out_dir: Path, *, backend: str, generation: str | None, workers: int,
-                 timeout: float, resume: bool, devices: list[int] | str | None, max_restarts: int, options: dict[str, Any],
-                 progress: bool, command: str, handlers: dict[str, str], threads: int | None, header: dict[str, Any],
-                 grow_to_devices: bool = False, executor: Executor | None = None, grace: float | None = None):
+                 timeout: float, resume: bool, devices: list[int] | str | None, max_restarts: int, options: EngineOptions,
+                 progress: bool, command: str, handlers: dict[str, str], threads: int | None,
+                 run_identity: RunIdentity | None, grow_to_devices: bool = False, executor: Executor | None = None,
+                 grace: float | None = None):
         self.out_dir = out_dir
         self.started = time.monotonic()
         self.backend, self.generation, self.timeout = backend, generation, timeout
@@ -77,12 +78,12 @@ class Run:
         self.poll, self.grace = min(1.0, timeout / 4), max(120.0, 4 * timeout) if grace is None else grace
         self.options, self.command, self.handlers = options, command, handlers
         self.kinds = tuple(sorted({t.kind for t in tasks}))
-        self.header_extra = header
+        self.run_identity = run_identity
         self.path = out_dir / "journal.jsonl"
         self.summary = RunSummary(planned=len(tasks), journal=self.path, restarts=0)
         self.max_restarts, self.startup_failures = max_restarts, 0
         self.run_key: str | None = None  # with the first worker's identity below: what the header says
-        self.run_identity: Mapping[str, Any] | None = None
+        self.first_identity: WorkerIdentity | None = None  # the first ready worker's: every other one must match it
         self.workers: dict[int, Worker] = {}
         #: where workers run (:mod:`.executor`): processes on this host, or Ray actors
         self.executor: Executor = executor or LocalExecutor()  # started by the caller
@@ -94,7 +95,7 @@ class Run:
         self.threads = threads or max(1, (os.cpu_count() or 1) // self.n_workers)
         self.fingerprint = fingerprint(backend, generation, devices=devices if isinstance(devices, list) else None,
                                        kinds=self.kinds, handlers=handlers,
-                                       options={**options, **({"devices": devices} if isinstance(devices, str) else {})})
+                                       options={**options.model_dump(), **({"devices": devices} if isinstance(devices, str) else {})})
         cached = cached_identity(out_dir, self.fingerprint) if self.reusable and self.pending else None
         if cached is not None:  # an unchanged host-identified backend: reuse without starting a worker
             self._adopt(self._key(cached), cached)
@@ -102,7 +103,7 @@ class Run:
     def _open_journal(self, tasks: list[Task], resume: bool, workers: int, progress: bool) -> deque[Job]:
         """Open (or resume) the journal, set up progress and reuse; the jobs still to run."""
         opened = open_run_journal(self.path, tasks, resume=resume, workers=workers, progress=progress)
-        self.resumed_header, self.reusable, self.progress = opened.header, opened.reusable, opened.progress
+        self.resumed_key, self.reusable, self.progress = opened.resumed_key, opened.reusable, opened.progress
         self.journal, self.summary.resumed = opened.journal, opened.resumed
         return deque(Job(t) for t in opened.todo)
 
@@ -160,14 +161,15 @@ class Run:
             self.summary.restarts += 1
 
     # -- messages ----------------------------------------------------------------------------
-    def _key(self, identity: Mapping[str, Any]) -> str:
-        return str(EvidenceKey.from_identity(identity, str(self.options.get("op_source_hash", ""))))
 
-    def _on_ready(self, handle: Worker, identity: dict[str, Any]) -> None:
+    def _key(self, identity: WorkerIdentity) -> str:
+        return str(identity.evidence_key(self.options.op_source_hash))
+
+    def _on_ready(self, handle: Worker, identity: WorkerIdentity) -> None:
         handle.ready = True
         handle.deadline = float("inf")
         self.startup_failures = 0
-        if (why := other_subject(identity, backend=self.backend, generation=self.generation, first=self.run_identity)):
+        if (why := other_subject(identity, backend=self.backend, generation=self.generation, first=self.first_identity)):
             raise Aborted(f"worker {handle.slot}: {why}")
         wanted = self.devices.ready(handle, identity)
         if wanted is not None:  # one worker per device (the parent could not know how many)
@@ -183,17 +185,17 @@ class Run:
         store_identity(self.out_dir, self.fingerprint, identity)
         self._adopt(key, identity)
 
-    def _adopt(self, key: str, identity: Mapping[str, Any]) -> None:
+    def _adopt(self, key: str, identity: WorkerIdentity) -> None:
         """Take the run's evidence key: write the header, reuse every task whose key is unchanged."""
-        self.run_key, self.run_identity = key, identity
-        if self.resumed_header and self.resumed_header.get("evidence_key") != key:
+        self.run_key, self.first_identity = key, identity
+        if self.resumed_key is not None and self.resumed_key != key:
             self.progress.note(
                 "warning: resuming a journal started with a different build; each record keeps its own evidence key"
             )
         if self.journal.empty:
-            self.journal.append(header_line(
+            self.journal.append(journal_header(
                 key, identity, backend=self.backend, generation=self.generation, planned=self.summary.planned,
-                command=self.command, extra=self.header_extra))
+                command=self.command, run=self.run_identity).model_dump_json())
         keep: deque[Job] = deque()
         for job in self.pending:
             job.key = task_key(key, job.task)

@@ -38,11 +38,13 @@ import functools
 import importlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
-from pydantic import BaseModel
+from pydantic import BaseModel, JsonValue
 
 from opmatrix.schema import FaultOutcome
+
+from .evidence import EngineOptions
 
 if TYPE_CHECKING:
     from opmatrix.backend.base import Adapter
@@ -61,11 +63,12 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Task:
-    """One schedulable probe task; ``payload`` is JSON-able and part of its evidence key."""
+    """One schedulable probe task; ``payload`` is JSON (what its kind's handler reads) and part of its
+    evidence key."""
 
     id: str
     kind: str
-    payload: dict[str, Any] = field(default_factory=dict)
+    payload: dict[str, JsonValue] = field(default_factory=dict)
     order: int = 0
 
 
@@ -118,8 +121,9 @@ class WorkerContext:
 
     adapter: Adapter
     index: int
-    options: dict[str, Any] = field(default_factory=dict)
-    cache: dict[str, Any] = field(default_factory=dict)
+    options: EngineOptions = field(default_factory=EngineOptions)
+    #: what a handler keeps for the worker's next tasks, under a key of its own (it knows the type)
+    cache: dict[str, object] = field(default_factory=dict)
     device: int | None = None
     #: every device of the run (``probe --devices``, resolved in this worker); () without --devices
     devices: tuple[int, ...] = ()

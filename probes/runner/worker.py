@@ -39,6 +39,7 @@ from opmatrix.schema.outdir import pid_alive
 
 from .board import UnitBoard
 from .carry import CarryWriter
+from .evidence import EngineOptions, WorkerIdentity
 from .messages import Done, Fault, Poisoned, Ready, RunTask, SetupFailed
 from .task import Handler, Skip, Task, WorkerContext, WorkerPoisoned, resolve_handler
 from .zygote import PRELOAD
@@ -66,7 +67,7 @@ class WorkerSpec:
     #: touches the device runtime) and probes ``plan[slot % len(plan)]``
     device_plan: str | None = None
     threads: int | None = None
-    options: dict[str, Any] = field(default_factory=dict)
+    options: EngineOptions = field(default_factory=EngineOptions)
     carry_path: str = ""  # where finished units are checkpointed (:mod:`.carry`); "" for none
     #: the parent's environment when it started the worker: a worker forked from the zygote
     #: (:mod:`.zygote`) would otherwise have the zygote's, from when that started
@@ -144,7 +145,7 @@ def code_hash(modules: Iterable[str]) -> str:
     return digest.hexdigest()[:16]
 
 
-def _setup(slot: int, spec: WorkerSpec) -> tuple[WorkerContext, dict[str, Any]]:
+def _setup(slot: int, spec: WorkerSpec) -> tuple[WorkerContext, WorkerIdentity]:
     """Import torch, build and set up the adapter; returns the context and the evidence identity."""
     import torch
 
@@ -168,26 +169,28 @@ def _setup(slot: int, spec: WorkerSpec) -> tuple[WorkerContext, dict[str, Any]]:
         adapter.select_device(device)
     adapter.setup()
     adapter.health_baseline()  # before any probe: "poisoned" later needs this to have passed
-    ctx = WorkerContext(adapter=adapter, index=slot, options=dict(spec.options), device=device,
+    ctx = WorkerContext(adapter=adapter, index=slot, options=spec.options, device=device,
                         devices=tuple(plan or ()), backend=spec.backend)
-    identity = {
+    identity = WorkerIdentity(
         # plain str: a TorchVersion would make the parent import torch to unpickle this message
-        "torch": f"{torch.__version__} git={getattr(torch.version, 'git_version', None)}",
-        "adapter": adapter.evidence_key(),
-        "code": code_hash(
+        torch=f"{torch.__version__} git={getattr(torch.version, 'git_version', None)}",
+        adapter=adapter.evidence_key(),
+        code=code_hash(
             [type(adapter).__module__, *(spec.handlers[k].partition(":")[0] for k in spec.kinds if k in spec.handlers)]
         ),
-        "torch_version": str(torch.__version__),
-        "host": socket.gethostname(),  # beside the device in every record: which machine ran it
-        "torch_git": getattr(torch.version, "git_version", None),
-        "device_type": adapter.device_type,
-        "dispatch_key": adapter.dispatch_key,
-        "versions": {k: None if v is None else str(v) for k, v in adapter.versions().items()},
-    }
+        torch_version=str(torch.__version__),
+        host=socket.gethostname(),  # beside the device in every record: which machine ran it
+        torch_git=getattr(torch.version, "git_version", None),
+        device_type=adapter.device_type,
+        dispatch_key=adapter.dispatch_key,
+        versions={k: None if v is None else str(v) for k, v in adapter.versions().items()},
+    )
     if device is not None:  # as torch names it, with the device's stable identity
-        identity["device"] = str(adapter.device(device))
-        identity["device_uuid"] = next((d.uuid for d in adapter.devices() if d.index == device), None)
-        identity["device_count"] = len(plan) if plan is not None else None
+        identity = identity.model_copy(update={
+            "device": str(adapter.device(device)),
+            "device_uuid": next((d.uuid for d in adapter.devices() if d.index == device), None),
+            "device_count": len(plan) if plan is not None else None,
+        })
     return ctx, identity
 
 

@@ -15,6 +15,8 @@ import subprocess
 import sys
 from collections.abc import Callable, Mapping
 
+from pydantic import BaseModel, ConfigDict
+
 from opmatrix.probes.runner import Skip, Task, WorkerContext
 from opmatrix.probes.runner.calibrate import current
 from opmatrix.schema import CheckResult, RuntimeCheck, RuntimeRecord
@@ -26,16 +28,28 @@ from .discovery import check_driver, check_import
 from .spec import CheckSpec, Facts, Verdict, failed, on_each_device
 from .worker import MARK, make_record, run_check, task_id
 
-__all__ = ["HANDLER", "RuntimeHandler", "handle", "plan_runtime_tasks", "run_case_isolated"]
+__all__ = ["HANDLER", "RuntimeHandler", "RuntimePayload", "handle", "plan_runtime_tasks", "run_case_isolated"]
 
 _PROBE_KEY = "opmatrix.runtime.probe"
+
+
+class RuntimePayload(BaseModel):
+    """A ``runtime`` task's payload: the check, its level, the backend spec it runs against."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    check: str
+    level: int = 0
+    backend: str | None = None
+    generation: str | None = None
 
 
 def plan_runtime_tasks(adapter_spec: str, generation: str | None = None) -> list[Task]:
     """One runner task per runtime check, ordered as docs/levels.md#runtime-bring-up-order brings a runtime up."""
     return [
         Task(id=task_id(spec.name), kind="runtime", order=i,
-             payload={"check": spec.name, "level": spec.level, "backend": adapter_spec, "generation": generation})
+             payload=RuntimePayload(check=spec.name, level=spec.level, backend=adapter_spec,
+                                    generation=generation).model_dump())
         for i, spec in enumerate(CATALOG)
     ]
 
@@ -81,15 +95,15 @@ class RuntimeHandler:
         """A process check waits for its case host, which has a deadline of its own (a hang there is
         the check's finding, reported by the check): the runner waits longer than that, so that a
         case host slow to import torch on a busy machine is not killed first and read as ``hung``."""
-        if by_name(str(task.payload.get("check", ""))).kind == "process":
+        if by_name(RuntimePayload.model_validate(task.payload).check).kind == "process":
             return max(timeout, isolated_deadline() + 30.0)
         return timeout
 
     def fault_record(self, task: Task, skip: Skip) -> RuntimeRecord:
         """The check faulted its worker every time: an ``unknown`` check saying how."""
         text = f"{skip.outcome}: {skip.message}".strip()
-        check = RuntimeCheck(name=str(task.payload.get("check", task.id)), level=int(task.payload.get("level", 0)),
-                             result=CheckResult.unknown, evidence=text[-2000:])
+        p = RuntimePayload.model_validate(task.payload)
+        check = RuntimeCheck(name=p.check, level=p.level, result=CheckResult.unknown, evidence=text[-2000:])
         return RuntimeRecord(task=task.id, check=check)
 
 
@@ -101,10 +115,9 @@ def handle(
     skip_rest: Skip | None,
 ) -> RuntimeRecord:
     """Run the runtime check ``task.payload['check']`` in a runner worker (``ctx.adapter`` is set up)."""
-    name = str(task.payload["check"])
-    spec = by_name(name)
-    backend = str(task.payload.get("backend") or ctx.adapter.name)
-    generation = task.payload.get("generation")
+    p = RuntimePayload.model_validate(task.payload)
+    name, spec = p.check, by_name(p.check)
+    backend, generation = p.backend or ctx.adapter.name, p.generation
     fault = skip.get(name) or skip_rest
     if fault is not None:
         signal = f" ({fault.signal})" if fault.signal else ""

@@ -13,26 +13,30 @@ Exit codes: 0 when no level 0/1 check fails (checks that could not be decided ar
 from __future__ import annotations
 
 import json
-import sys
 import textwrap
 import time
-from dataclasses import asdict
-from typing import Any, TextIO
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, TextIO
 
 from opmatrix.probes.options import DoctorOptions
-from opmatrix.schema import CheckResult, Runtime, RuntimeCheck
+from opmatrix.schema import CheckResult, ExitCode, Runtime, RuntimeCheck
 
 from .catalog import STAGES, by_name
 from .execute import run_checks, runtime_from_records
 
-__all__ = ["doctor", "exit_code", "render"]
+if TYPE_CHECKING:
+    from opmatrix.probes.runner.calibrate import Calibration
+    from opmatrix.schema.distributed import Distributed
+
+__all__ = ["DoctorReport", "doctor", "exit_code", "render", "show"]
 
 _EVIDENCE_WIDTH = 78
 
 
-def exit_code(runtime: Runtime) -> int:
+def exit_code(runtime: Runtime) -> ExitCode:
     """1 when any level 0/1 check failed, else 0."""
-    return 1 if any(c.result is CheckResult.failed and c.level <= 1 for c in runtime.checks) else 0
+    failed = any(c.result is CheckResult.failed and c.level <= 1 for c in runtime.checks)
+    return ExitCode.FAILED if failed else ExitCode.OK
 
 
 def _cut(text: str, width: int, name: str | None = None) -> str:
@@ -125,8 +129,48 @@ def _validate(spec: str, generation: str | None) -> bool | None:
     return bool(adapter.verified)
 
 
-def doctor(args: DoctorOptions) -> int:
-    """Run the level 0/1 checks against ``args.backend`` and print the table (or ``--json``)."""
+@dataclass(frozen=True)
+class DoctorReport:
+    """What ``doctor`` found: the level 0/1 runtime report (and, at ``--level 5``, the distributed suite)."""
+
+    backend: str
+    generation: str | None
+    runtime: Runtime
+    seconds: float
+    #: the adapter's own word on whether it was verified on real hardware (None: it does not say)
+    verified: bool | None
+    level: int = 1
+    distributed: Distributed | None = None
+    #: what the deadlines were calibrated against at the start (docs/doctor.md#deadlines)
+    calibration: Calibration | None = None
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """FAILED when a level 0/1 check (or, at level 5, a distributed case) fails, else OK."""
+        if self.distributed is not None:
+            from opmatrix.probes.distributed.hooks import distributed_failed
+
+            if distributed_failed(self.distributed):
+                return ExitCode.FAILED
+        return exit_code(self.runtime)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``--json`` object (its ``distributed`` key only at level 5)."""
+        head = {"backend": self.backend, "generation": self.generation, "exit_code": int(self.exit_code)}
+        if self.level >= 5:
+            distributed = self.distributed.model_dump(mode="json") if self.distributed is not None else None
+            return {**head, "runtime": self.runtime.model_dump(mode="json"), "distributed": distributed}
+        body = {**head, "seconds": round(self.seconds, 1), "runtime": self.runtime.model_dump(mode="json")}
+        cal = self.calibration
+        if cal is not None:
+            body["calibration"] = {**asdict(cal), "child_deadline": round(cal.child_deadline(), 1),
+                                   "case_deadline": round(cal.case_deadline(), 1),
+                                   "check_deadline": round(cal.check_deadline(), 1)}
+        return body
+
+
+def doctor(args: DoctorOptions) -> DoctorReport:
+    """Run the level 0/1 checks against ``args.backend`` (at ``--level 5`` the distributed suite too)."""
     generation = args.generation
     verified = _validate(args.backend, generation)
     from opmatrix.probes.runner.calibrate import calibrate
@@ -135,40 +179,33 @@ def doctor(args: DoctorOptions) -> int:
     cal = calibrate(args.backend, generation)  # deadlines measure the machine (docs/doctor.md#deadlines)
     runtime = runtime_from_records(run_checks(args.backend, generation, calibration=cal))
     seconds = time.monotonic() - start
-    code = exit_code(runtime)
+    distributed = None
     if args.level >= 5:
-        return _doctor_level5(args, generation, runtime, seconds, code, verified)
-    if args.json:
-        payload = {"backend": args.backend, "generation": generation, "exit_code": code,
-                   "seconds": round(seconds, 1), "runtime": runtime.model_dump(mode="json"),
-                   "calibration": {**asdict(cal), "child_deadline": round(cal.child_deadline(), 1),
-                                   "case_deadline": round(cal.case_deadline(), 1),
-                                   "check_deadline": round(cal.check_deadline(), 1)}}
-        print(json.dumps(payload, indent=2, sort_keys=True))
-        return code
-    note = "" if verified is not False else " (adapter unverified on real hardware)"
-    gen = f" {generation}" if generation else ""
-    title = (f"opmatrix doctor: {args.backend}{gen}{note}: {len(runtime.checks)} level 0/1 checks "
-             f"in {seconds:.1f} s, in docs/levels.md bring-up order\n"
-             f"deadlines calibrated: {cal.describe()} -> a child {cal.child_deadline():.0f} s, "
-             f"a check {cal.check_deadline():.0f} s")
-    render(runtime, title, sys.stdout)
-    return code
+        from opmatrix.probes.distributed.hooks import doctor_distributed
+
+        distributed = doctor_distributed(args.backend, generation)
+    return DoctorReport(backend=args.backend, generation=generation, runtime=runtime, seconds=seconds,
+                        verified=verified, level=args.level, distributed=distributed, calibration=cal)
 
 
-def _doctor_level5(args: DoctorOptions, generation: str | None, runtime: Any, seconds: float, code: int,
-                   verified: bool | None) -> int:
-    """``doctor --level 5``: the level 0/1 table, then the distributed suite."""
-    from opmatrix.probes.distributed.hooks import doctor_distributed
-
-    as_json = args.json
-    if not as_json:
-        gen = f" {generation}" if generation else ""
-        render(runtime, f"opmatrix doctor: {args.backend}{gen}: {len(runtime.checks)} level 0/1 checks in {seconds:.1f} s",
-               sys.stdout)
-    dist_code, section = doctor_distributed(args.backend, generation, as_json=as_json)
-    code = max(code, dist_code)
+def show(report: DoctorReport, as_json: bool, out: TextIO) -> None:
+    """Print ``report``: the table in bring-up order (and the level 5 part), or one JSON object."""
     if as_json:
-        print(json.dumps({"backend": args.backend, "generation": generation, "exit_code": code,
-                          "runtime": runtime.model_dump(mode="json"), "distributed": section}, indent=2, sort_keys=True))
-    return code
+        print(json.dumps(report.to_json(), indent=2, sort_keys=True), file=out)
+        return
+    runtime, gen = report.runtime, f" {report.generation}" if report.generation else ""
+    if report.distributed is not None:
+        render(runtime, f"opmatrix doctor: {report.backend}{gen}: {len(runtime.checks)} level 0/1 checks in "
+               f"{report.seconds:.1f} s", out)
+        from opmatrix.probes.distributed.hooks import render_doctor_distributed
+
+        render_doctor_distributed(report.distributed, out)
+        return
+    note = "" if report.verified is not False else " (adapter unverified on real hardware)"
+    title = (f"opmatrix doctor: {report.backend}{gen}{note}: {len(runtime.checks)} level 0/1 checks "
+             f"in {report.seconds:.1f} s, in docs/levels.md bring-up order")
+    cal = report.calibration
+    if cal is not None:
+        title += (f"\ndeadlines calibrated: {cal.describe()} -> a child {cal.child_deadline():.0f} s, "
+                  f"a check {cal.check_deadline():.0f} s")
+    render(runtime, title, out)

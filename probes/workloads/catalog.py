@@ -18,7 +18,6 @@ import importlib
 import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 from torch import nn
@@ -26,28 +25,17 @@ from torch.nn import functional as F  # noqa: N812
 
 from opmatrix.probes.workloads import models
 
+from .workload import Workload
+from .workload import ce_logits as _ce_logits
+from .workload import float_input as _float_input
+from .workload import mse as _mse
+from .workload import seeded as _gen
+from .workload import tolerance as _tol
+
 __all__ = ["WORKLOADS", "BadFactory", "Workload", "WorkloadSpec", "build", "resolve_names", "TORCH_DTYPES"]
 
 #: the torch dtype of each dtype name the workload suite runs (a backend's claimed dtypes filter these)
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-@dataclass
-class Workload:
-    """One built workload: a model in ``dtype`` on the CPU, its example inputs and its tolerance."""
-
-    name: str
-    model: nn.Module
-    inputs: tuple
-    loss_fn: Callable | None
-    rtol: float
-    atol: float
-    batch: int
-    input_desc: str
-    #: a function of the batch size giving inputs for a second shape (dynamic-shape check), or None
-    make_inputs: Callable[[int], tuple] | None = None
-    #: a callable run instead of ``model(*inputs)`` (e.g. token generation), or None
-    run: Callable[..., Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -60,26 +48,6 @@ class WorkloadSpec:
     #: low-precision tolerance (bfloat16/float16 vs an upcast float32 reference)
     tolerances: dict[str, tuple[float, float]] = field(default_factory=dict)
     optional: bool = False
-
-
-_LOW = {"float32": (1e-4, 1e-5), "bfloat16": (5e-2, 5e-2), "float16": (1e-2, 1e-2)}
-
-
-def _tol(spec_tol: dict[str, tuple[float, float]], dtype: torch.dtype) -> tuple[float, float]:
-    name = str(dtype).removeprefix("torch.")
-    return spec_tol.get(name) or _LOW.get(name, (1e-4, 1e-5))
-
-
-def _gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
-def _float_input(shape: tuple[int, ...], dtype: torch.dtype, seed: int) -> torch.Tensor:
-    return torch.randn(*shape, generator=_gen(seed + 1)).to(dtype)
-
-
-def _mse(out: torch.Tensor) -> torch.Tensor:
-    return out.float().pow(2).mean()
 
 
 def _ce_tokens(out: torch.Tensor) -> torch.Tensor:
@@ -100,11 +68,6 @@ def _cnn(dtype: torch.dtype, seed: int) -> Workload:
     model = models.SmallCNN().to(dtype)
     mk = lambda b: (_float_input((b, 3, 16, 16), dtype, seed),)  # noqa: E731
     return _wl("cnn", model, mk, 4, _ce_logits, dtype, f"x: ({{b}}, 3, 16, 16) {dtype}, randn, seed {seed + 1}")
-
-
-def _ce_logits(out: torch.Tensor) -> torch.Tensor:
-    target = torch.arange(out.shape[0]) % out.shape[-1]
-    return F.cross_entropy(out.float(), target)
 
 
 def _transformer(dtype: torch.dtype, seed: int) -> Workload:

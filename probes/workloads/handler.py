@@ -14,10 +14,11 @@ from functools import partial
 from typing import Any
 
 import torch
+from pydantic import BaseModel, ConfigDict
 
 from opmatrix.probes.runner import Skip, Task, WorkerContext
 from opmatrix.probes.runner.faultscope import after_restart
-from opmatrix.schema import CheckResult, FallbackState, FaultOutcome, FaultScope, Outcome
+from opmatrix.schema import CheckResult, DType, FallbackState, FaultOutcome, FaultScope, Mode, Outcome
 from opmatrix.schema.workloads import (
     CompileCache,
     HostFallback,
@@ -33,7 +34,7 @@ from .catalog import TORCH_DTYPES, WORKLOADS, build
 from .observe import copies_during, device_peak, host_rss, reset_peak
 from .steps import CompileBackend, Stats
 
-__all__ = ["plan_workload_tasks", "handle", "fault_result", "task_id"]
+__all__ = ["WorkloadPayload", "plan_workload_tasks", "handle", "fault_result", "task_id"]
 
 _EAGER = (WorkloadStep.to_device, WorkloadStep.inference, WorkloadStep.training, WorkloadStep.state_dict)
 _COMPILE = (WorkloadStep.to_device, WorkloadStep.inference, WorkloadStep.dynamic_shapes, WorkloadStep.mutation,
@@ -46,6 +47,19 @@ def task_id(name: str, dtype: str, mode: str) -> str:
     return f"workload:{name}|{dtype}|{mode}"
 
 
+class WorkloadPayload(BaseModel):
+    """A ``workload`` task's payload: which workload, at which dtype and mode, with which seed."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    workload: str
+    dtype: str
+    mode: str
+    seed: int = 0
+    #: replaces the adapter's torch.compile backend in compile mode (absent: the adapter's)
+    compile_backend: str | None = None
+
+
 def plan_workload_tasks(names: list[str], dtypes: list[str], modes: list[str], seed: int = 0,
                         compile_backend: str | None = None) -> list[Task]:
     """One ``workload`` task per name x dtype x mode, in a stable order (after the op tasks);
@@ -56,15 +70,15 @@ def plan_workload_tasks(names: list[str], dtypes: list[str], modes: list[str], s
         for dtype in dtypes:
             for mode in modes:
                 tasks.append(Task(id=task_id(name, dtype, mode), kind="workload", order=1_000_000 + len(tasks),
-                                  payload={"workload": name, "dtype": dtype, "mode": mode, "seed": seed,
-                                           **({"compile_backend": compile_backend} if compile_backend else {})}))
+                                  payload=WorkloadPayload(workload=name, dtype=dtype, mode=mode, seed=seed,
+                                                          compile_backend=compile_backend).model_dump(exclude_none=True)))
     return tasks
 
 
 def _result(task: Task, outcome: Outcome, **fields: Any) -> WorkloadResult:
-    p = task.payload
-    spec = WORKLOADS.get(p["workload"])
-    return WorkloadResult(workload=p["workload"], dtype=p["dtype"], mode=p["mode"], outcome=outcome,
+    p = WorkloadPayload.model_validate(task.payload)
+    spec = WORKLOADS.get(p.workload)
+    return WorkloadResult(workload=p.workload, dtype=DType(p.dtype), mode=Mode(p.mode), outcome=outcome,
                           description=spec.description if spec else "user workload", **fields)
 
 
@@ -135,17 +149,17 @@ def _outcome(results: Mapping[WorkloadStep, StepResult]) -> Outcome:
 def handle(ctx: WorkerContext, task: Task, progress: Callable[[str], None], skip: Mapping[str, Skip],
            skip_rest: Skip | None) -> WorkloadRecord:
     """Run workload task ``task`` (payload: workload, dtype, mode, seed) on ``ctx.adapter``."""
-    p = task.payload
+    p = WorkloadPayload.model_validate(task.payload)
     fault = skip_rest or next(iter(skip.values()), None)
     if fault is not None:
         where = next(iter(skip), task.id)
         scope = fault.scope or after_restart(ctx.adapter, None).scope.value
         return fault_result(task, fault.outcome, f"{fault.outcome} at {where}: {fault.message}", scope)
-    wl = build(p["workload"], TORCH_DTYPES[p["dtype"]], int(p.get("seed", 0)))
-    run = steps.Run(adapter=ctx.adapter, workload=wl, device=ctx.adapter.device(), plain=p["mode"] == "compile")
-    backend = None
-    if p["mode"] == "compile":
-        backend = p.get("compile_backend") or ctx.adapter.compile_backend()
+    wl = build(p.workload, TORCH_DTYPES[p.dtype], p.seed)
+    run = steps.Run(adapter=ctx.adapter, workload=wl, device=ctx.adapter.device(), plain=p.mode == "compile")
+    backend: CompileBackend | None = None
+    if p.mode == "compile":
+        backend = p.compile_backend or ctx.adapter.compile_backend()
         if backend is None:
             return WorkloadRecord(task=task.id, result=_result(task, Outcome.ok, inputs=wl.input_desc,
                                   error="the backend has no torch.compile backend"))
@@ -161,7 +175,7 @@ def handle(ctx: WorkerContext, task: Task, progress: Callable[[str], None], skip
         inference = results.get(WorkloadStep.inference)
         if inference is not None and inference.result is CheckResult.passed:
             progress(f"{task.id}:compile_cache")
-            comp = comp.model_copy(update={"cache": second_process(ctx, dict(p), backend)})
+            comp = comp.model_copy(update={"cache": second_process(ctx, task.payload, backend)})
         else:
             comp = comp.model_copy(update={"cache": CompileCache(
                 result=CheckResult.unknown, evidence="not tried: the compiled inference did not pass")})

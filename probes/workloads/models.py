@@ -163,13 +163,13 @@ def resnet18_factory(dtype: torch.dtype, seed: int):
     """torchvision resnet18 with random weights on 32x32 inputs (only when torchvision is installed)."""
     import torchvision  # noqa: PLC0415 - optional
 
-    from opmatrix.probes.workloads.catalog import Workload, _ce_logits, _float_input, _tol
+    from .workload import Workload, ce_logits, float_input, tolerance
 
     torch.manual_seed(seed)
     model = torchvision.models.resnet18(num_classes=10).to(dtype).eval()
-    mk = lambda b: (_float_input((b, 3, 32, 32), dtype, seed),)  # noqa: E731
-    rtol, atol = _tol({"float32": (1e-3, 1e-3), "bfloat16": (1e-1, 1e-1), "float16": (3e-2, 3e-2)}, dtype)
-    return Workload("resnet18", model, mk(2), _ce_logits, rtol, atol, 2, f"x: (2, 3, 32, 32) {dtype}, randn, seed {seed + 1}",
+    mk = lambda b: (float_input((b, 3, 32, 32), dtype, seed),)  # noqa: E731
+    rtol, atol = tolerance({"float32": (1e-3, 1e-3), "bfloat16": (1e-1, 1e-1), "float16": (3e-2, 3e-2)}, dtype)
+    return Workload("resnet18", model, mk(2), ce_logits, rtol, atol, 2, f"x: (2, 3, 32, 32) {dtype}, randn, seed {seed + 1}",
                     make_inputs=mk)
 
 
@@ -177,7 +177,7 @@ def bert_factory(dtype: torch.dtype, seed: int):
     """A 2-layer BertModel from a config, random weights (only when transformers is installed)."""
     import transformers  # noqa: PLC0415 - optional
 
-    from opmatrix.probes.workloads.catalog import Workload, _mse, _tol
+    from .workload import Workload, mse, tolerance
 
     torch.manual_seed(seed)
     cfg = transformers.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
@@ -195,6 +195,6 @@ def bert_factory(dtype: torch.dtype, seed: int):
         def forward(self, ids):
             return self.m(input_ids=ids).last_hidden_state
 
-    rtol, atol = _tol({"float32": (1e-3, 1e-3), "bfloat16": (1e-1, 1e-1), "float16": (3e-2, 3e-2)}, dtype)
-    return Workload("bert2", _Wrap(model), mk(2), _mse, rtol, atol, 2, f"ids: (2, 16) int64 randint(0,100), seed {seed + 1}",
+    rtol, atol = tolerance({"float32": (1e-3, 1e-3), "bfloat16": (1e-1, 1e-1), "float16": (3e-2, 3e-2)}, dtype)
+    return Workload("bert2", _Wrap(model), mk(2), mse, rtol, atol, 2, f"ids: (2, 16) int64 randint(0,100), seed {seed + 1}",
                     make_inputs=mk)
