@@ -71,9 +71,7 @@ def run(
 ) -> RunSummary:
     """Run ``tasks`` on ``backend`` in spawned workers, journaling to ``out_dir/journal.jsonl`` (see the module doc)."""
     started = time.monotonic()
-    # the deadlines measure the machine: a unit's --timeout and a worker's start scale with how slow a
-    # plain child and the backend's start were just now; workers and case hosts inherit the measurement
-    calibration = current(backend, generation, keep=False)
+    calibration = current(backend, generation, keep=False)  # docs/runner.md#calibrated-deadlines
     engine = engine_options(options)
     planned = ordered(tasks)
     check_kinds(planned, handlers)
