@@ -329,3 +329,21 @@ def test_units_not_run_are_listed_with_their_reason(site: Path, hostile_matrix: 
     index = (site / "index.html").read_text()
     assert hostile_matrix.not_run and f'<b id="n-not-run">{len(hostile_matrix.not_run)}</b>' in index
     assert 'id="not-run"' in index and "crashed the worker in unit 3/contiguous/eager" in index
+
+
+def test_a_faulted_entry_shows_its_scope_checks_and_cause(tmp_path: Path, example_matrix_path: Path):
+    """The op page shows a faulted entry's fault scope, the checks it rests on and the cause chain."""
+    from opmatrix.schema import FaultScope, Outcome
+
+    base = load_matrix(example_matrix_path)
+    op = "aten.softmax.int"
+    entries = list(base.operators[op])
+    error = ErrorInfo(type="poisoned", message="device unusable after RefaccelStreamError", actionable=False,
+                      fault_scope=FaultScope.stream, scope_evidence=["same stream: fails (x)", "new stream: works"],
+                      cause=["RefaccelStreamError: stream 0 unusable [status 712]", "RuntimeError: firmware record"])
+    faulted = entries[0].model_copy(update={"outcome": Outcome.poisoned, "error": error, "numerics": None})
+    render_site(base.model_copy(update={"operators": {op: [faulted, *entries[1:]]}}), tmp_path)
+    page = (tmp_path / "ops" / f"{op}.html").read_text()
+    assert '<span class="flag">scope stream</span>' in page
+    assert "fault scope: <strong>stream</strong> · checked after the fault: same stream: fails (x); new stream: works" in page
+    assert "cause chain: RefaccelStreamError: stream 0 unusable [status 712] ← RuntimeError: firmware record" in page
