@@ -287,5 +287,23 @@ class MemoryClassesTest(unittest.TestCase):
         self.assertEqual(sorted(before), ["driver", "fast_math", "generation", "runtime", "stepping", "torch"])
 
 
+
+class RawDtypeClaimTest(unittest.TestCase):
+    """A claimed dtype opmatrix has no values for is tried by allocation and byte copies; a failure
+    names the step and the backend's words, cut only between words."""
+
+    def test_failure_names_the_step(self) -> None:
+        from opmatrix.backend.registry import get_adapter
+        from opmatrix.probes.runtime.claims import raw_dtype_works
+        from opmatrix.probes.runtime.context import Probe
+
+        probe = Probe.from_adapter(get_adapter("refaccel", refaccel.installed_generation()), "refaccel")
+        said = raw_dtype_works(probe, torch.uint4)
+        assert said is not None
+        self.assertTrue(said.startswith("allocation: RefaccelUnsupportedError: refaccel: aten::empty.memory_format "
+                                        "does not support dtype uint4"), said)
+        self.assertTrue(said.endswith(" ...") or said.endswith(")"), said)
+
+
 if __name__ == "__main__":
     unittest.main()

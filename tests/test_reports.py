@@ -375,3 +375,21 @@ def test_units_not_run_say_their_true_cause_everywhere(tmp_path: Path):
     render_site(base.model_copy(update={"not_run": faulted}), tmp_path / "f", command="opmatrix report m.yaml --out f")
     index = (tmp_path / "f" / "index.html").read_text()
     assert '<li class="alarm"><b id="n-not-run">1</b>' in index and "crashed the worker in unit 0/contiguous/eager" in index
+
+
+def test_a_faulted_entry_shows_its_scope_checks_and_cause(tmp_path: Path, example_matrix_path: Path):
+    """The op page shows a faulted entry's fault scope, the checks it rests on and the cause chain."""
+    from opmatrix.schema import FaultScope, Outcome
+
+    base = load_matrix(example_matrix_path)
+    op = "aten.softmax.int"
+    entries = list(base.operators[op])
+    error = ErrorInfo(type="poisoned", message="device unusable after RefaccelStreamError", actionable=False,
+                      fault_scope=FaultScope.stream, scope_evidence=["same stream: fails (x)", "new stream: works"],
+                      cause=["RefaccelStreamError: stream 0 unusable [status 712]", "RuntimeError: firmware record"])
+    faulted = entries[0].model_copy(update={"outcome": Outcome.poisoned, "error": error, "numerics": None})
+    render_site(base.model_copy(update={"operators": {op: [faulted, *entries[1:]]}}), tmp_path)
+    page = (tmp_path / "ops" / f"{op}.html").read_text()
+    assert '<span class="flag">scope stream</span>' in page
+    assert "fault scope: <strong>stream</strong> · checked after the fault: same stream: fails (x); new stream: works" in page
+    assert "cause chain: RefaccelStreamError: stream 0 unusable [status 712] ← RuntimeError: firmware record" in page

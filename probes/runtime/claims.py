@@ -10,6 +10,7 @@ does all of that but is not claimed (callers then avoid a dtype that works)::
 
 from __future__ import annotations
 
+import textwrap
 import warnings
 from typing import TYPE_CHECKING
 
@@ -70,7 +71,7 @@ def raw_dtype_works(probe: Probe, dtype: torch.dtype) -> str | None:
             if back.dtype != dtype or back.shape != host.shape:
                 return f"copy device->host gave {back.dtype} {tuple(back.shape)}"
     except Exception as exc:  # noqa: BLE001 - whatever the step raised is how it fails
-        return f"{step}: {type(exc).__name__}: {' '.join(str(exc).split())[:120]}"
+        return f"{step}: {type(exc).__name__}: {textwrap.shorten(str(exc), 160, placeholder=' ...')}"
     return None
 
 
