@@ -124,6 +124,8 @@ def query(args: QueryOptions) -> int:
         raise UsageError(str(exc)) from None
     if args.rank is not None and args.rank < 0:
         raise UsageError(f"--rank must be >= 0, got {args.rank}")
+    if args.shapes == "dynamic" and args.mode != "compile":
+        raise UsageError("--shapes dynamic: only with --mode compile (eager cells have no compiled shapes)")
     values = dict(parse_arg(a) for a in args.arg)
     if dtype is None or args.rank is None:
         return _print_entries(m, op, dtype, args.rank, layout, args, args.all or dtype is not None or args.rank is not None)
