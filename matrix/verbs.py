@@ -155,6 +155,8 @@ def _parse_query(args: QueryOptions) -> _Cell:
         raise UsageError(str(exc)) from None
     if args.rank is not None and args.rank < 0:
         raise UsageError(f"--rank must be >= 0, got {args.rank}")
+    if args.shapes == "dynamic" and args.mode != "compile":
+        raise UsageError("--shapes dynamic: only with --mode compile (eager cells have no compiled shapes)")
     return _Cell(m, op, dtype, layout, dict(parse_arg(a) for a in args.arg))
 
 

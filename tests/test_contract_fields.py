@@ -163,3 +163,32 @@ def test_fallback_forbidden_in_perf_blocks_a_record_that_ran_a_required_op_on_th
     clean = {"workload.mlp.eager.float32": _record(_samples(1.0), backend="refaccel")}
     again = evaluate_contract(m, c, records=clean, today=TODAY)
     assert next(r for r in again.requirements if r.id == "L6.perf.fallback").status is Status.passed
+
+
+def test_headline_reads_a_working_host_fallback_as_working_and_names_a_refused_backward():
+    from opmatrix.matrix.headline import headline
+    from opmatrix.schema import Autograd, ExecPath
+
+    host = entry(("float32", "bfloat16"), (0, 3), path="fallback", fallback="observed")
+    compiled = entry(("float32",), (1, 1), path="fallback", fallback="observed", mode="compile", autograd=False)
+    text = headline([host, compiled])
+    assert text.startswith("Works: eager through host fallback for bf16, fp32 at ranks 0-3; backward first-order "
+                           "through host fallback; compiled (static shapes) through host fallback for fp32.")
+    assert "Nothing probed failed." in text and "not ok" not in text
+    refused = entry(("float32",), (0, 0)).model_copy(update={"autograd": Autograd(path=ExecPath.rejected, outcome=Outcome.ok)})
+    said = headline([refused, entry(("float32",), (1, 3))])
+    assert "Does not work: backward refused cleanly (the device rejects it; forward works) for fp32 at rank 0" in said
+
+
+def test_query_shapes_dynamic_needs_compile_mode(tmp_path, capsys):
+    from opmatrix.cli import main
+    from opmatrix.schema import dump_model
+
+    m = matrix({"aten.add.Tensor": [entry()]})
+    path = tmp_path / "m.yaml"
+    dump_model(m.seal(), path, command="test")
+    assert main(["query", str(path), "aten.add.Tensor", "--dtype", "float32", "--rank", "2", "--shapes", "dynamic"]) == 2
+    assert "--shapes dynamic: only with --mode compile" in capsys.readouterr().err
+    assert main(["query", str(path), "aten.add.Tensor", "--dtype", "float32", "--rank", "2", "--mode", "compile",
+                 "--shapes", "dynamic"]) == 0
+    assert "was not probed in compile mode with dynamic shapes" in capsys.readouterr().out

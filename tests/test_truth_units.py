@@ -184,6 +184,7 @@ def test_a_unit_that_compiles_gets_more_time_before_it_is_hung() -> None:
     softmax = Task("softmax|float32", "op", {"source": "softmax", "dtype": "float32"})
     assert op.unit_timeout(softmax, "3/contiguous/eager", 60) == 60
     assert op.unit_timeout(softmax, "3/contiguous/compile", 60) == 60 * COMPILE_TIMEOUT_FACTOR
+    assert op.unit_timeout(softmax, "3/contiguous/dynamic", 60) == 60 * COMPILE_TIMEOUT_FACTOR  # it compiles too
     # a workload's mode is in its payload: every step of a compile-mode task compiles
     eager = Task("workload:mlp|float32|eager", "workload", {"workload": "mlp", "dtype": "float32", "mode": "eager"})
     compiled = Task("workload:mlp|float32|compile", "workload", {"workload": "mlp", "dtype": "float32", "mode": "compile"})

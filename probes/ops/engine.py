@@ -128,6 +128,7 @@ class _TaskRun:
         self.results.extend(done.results)
         self.invalid, self.failed_units = self.invalid + done.invalid, self.failed_units + done.failed
         self.representative_done = self.representative_done or done.representative
+        self.dynamic_done = self.dynamic_done or any(r.shapes is Shapes.dynamic for r in done.results)
         akey, ckey = _budget_keys(unit)
         self.autograd_budget[akey] = self.autograd_budget.get(akey, 0) + done.grads
         if done.compiled:

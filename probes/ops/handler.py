@@ -30,12 +30,13 @@ class OpHandler:
         return engine.handle(ctx, task, progress, skip, skip_rest)
 
     def unit_timeout(self, task: Task, unit: str, timeout: float) -> float:
-        """A unit's compile step (``3/contiguous/compile``) compiles: it gets the compile factor."""
+        """A unit's compile steps (``3/contiguous/compile``, ``3/contiguous/dynamic``) compile: they
+        get the compile factor."""
         try:
             step = UnitId.parse(unit).step
         except ValueError:  # not a unit of this engine's: the plain deadline
             return timeout
-        return timeout * COMPILE_TIMEOUT_FACTOR if step == "compile" else timeout
+        return timeout * COMPILE_TIMEOUT_FACTOR if step in ("compile", "dynamic") else timeout
 
     def fault_record(self, task: Task, skip: Skip) -> TaskRecord:
         """The task itself faulted: the fault on the task, source and dtype from its payload (else its id)."""
