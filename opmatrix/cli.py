@@ -53,6 +53,18 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
+class _Once(argparse._StoreAction):
+    """A value option given twice is a usage error (argparse would keep the last one silently)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        seen: set[str] = namespace.__dict__.setdefault("_given", set())
+        if self.dest in seen:
+            parser.error(f"{option_string or self.dest}: given more than once; give it once")
+        seen.add(self.dest)
+        super().__call__(parser, namespace, values, option_string)
+
+
 def add_options(parser: argparse.ArgumentParser, cls: type[Options]) -> None:
     """Declare ``cls``'s options on ``parser``: positionals in order, then the flags.
 
@@ -84,6 +96,7 @@ def add_options(parser: argparse.ArgumentParser, cls: type[Options]) -> None:
             kw["type"] = int if opt.kind == "int" else float
         elif spec.choices:
             kw["choices"] = spec.choices
+        kw.setdefault("action", _Once)  # a value option given twice is refused, never the last one kept
         if spec.bare is not None:
             kw.update(nargs="?", const=spec.bare)
         if opt.required:
