@@ -49,6 +49,18 @@ HANDLERS: dict[str, str] = {
 from opmatrix.schema.io import UsageError  # noqa: E402 - re-exported: handlers raise it for exit 2
 
 
+class _Once(argparse._StoreAction):
+    """A value option given twice is a usage error (argparse would keep the last one silently)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        seen: set[str] = namespace.__dict__.setdefault("_given", set())
+        if self.dest in seen:
+            parser.error(f"{option_string or self.dest}: given more than once; give it once")
+        seen.add(self.dest)
+        super().__call__(parser, namespace, values, option_string)
+
+
 def add_options(parser: argparse.ArgumentParser, cls: type[Options]) -> None:
     """Declare ``cls``'s options on ``parser``: positionals in order, then the flags.
 
@@ -80,6 +92,7 @@ def add_options(parser: argparse.ArgumentParser, cls: type[Options]) -> None:
             kw["type"] = int if opt.kind == "int" else float
         elif spec.choices:
             kw["choices"] = spec.choices
+        kw.setdefault("action", _Once)  # a value option given twice is refused, never the last one kept
         if spec.bare is not None:
             kw.update(nargs="?", const=spec.bare)
         if opt.required:

@@ -12,8 +12,11 @@ The root is ``$OPMATRIX_CACHE_DIR``, else ``$XDG_CACHE_HOME/opmatrix``, else
 ``false``, ``no`` or ``off`` leave it on).
 Artifacts and cache entries are written atomically: a reader sees the old file or the new one,
 never half of one, and an unchanged file is not rewritten. A path that is not a regular file (a
-terminal, ``/dev/stdout``, a FIFO) is written in place, as a stream, never renamed over; ``-`` is
-standard output. No temporary file outlives a failed write (a full disk, an interrupt). An output
+terminal, a FIFO) or that leads into ``/dev`` or ``/proc`` (``/dev/stdout``, ``/dev/fd/1``, a link
+to ``/proc/self/fd/1``) is written in place, as a stream, never renamed over (:func:`is_stream`);
+``-`` is standard output. Cache entries are read only as bounded regular files
+(:func:`read_cache_entry`): a shared cache whose entry is a FIFO or a link to ``/dev/zero`` costs
+a rebuild, never a hang. No temporary file outlives a failed write (a full disk, an interrupt). An output
 that is one of the command's own inputs (the same file, by inode) is refused before any work
 (:func:`refuse_inputs_as_outputs`).
 """

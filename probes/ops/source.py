@@ -165,6 +165,8 @@ def index_problem(data: object) -> str | None:
         return "is not an OpInfo name index"
     if not data["ops"]:
         return "names no OpInfo (an emptied index)"
+    if "digest" not in data:
+        return "has no digest (written by an older opmatrix)"
     if data.get("digest") != _ops_digest(data["ops"]):
         return "does not match its own digest (edited or torn)"
     installed = _installed_torch()
