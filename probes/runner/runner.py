@@ -85,11 +85,9 @@ class Run:
         self.run_key: str | None = None  # with the first worker's identity below: what the header says
         self.first_identity: WorkerIdentity | None = None  # the first ready worker's: every other one must match it
         self.workers: dict[int, Worker] = {}
-        #: where workers run (:mod:`.executor`): processes on this host, or Ray actors
-        self.executor: Executor = executor or LocalExecutor()  # started by the caller
+        self.executor: Executor = executor or LocalExecutor()  # where workers run (:mod:`.executor`); started by the caller
         self.devices = RunDevices(devices, capacity=self.executor.capacity(), grow=grow_to_devices)
-        self.node_losses = 0
-        self.watch = MemoryWatch()  # a worker the OOM killer ends later is the host's fault, not its unit's
+        self.node_losses, self.watch = 0, MemoryWatch()  # a worker the OOM killer ends later is the host's fault, not its unit's
         self.pending: deque[Job] = self._open_journal(tasks, resume, workers, progress)
         self.n_workers = max(1, min(workers, len(self.pending)))
         self.threads = threads or max(1, (os.cpu_count() or 1) // self.n_workers)
