@@ -56,6 +56,10 @@ INSTALL = 'pip install "opmatrix[ray]"'
 FORWARDED = ("OPMATRIX_", "TORCH_", "PJRT_", "XLA_", "KINETO_")
 
 
+#: the token of the local instances this process starts (see RayExecutor._own_token)
+_LOCAL_TOKEN: dict[str, str] = {}
+
+
 def ray_missing() -> str | None:
     """None when Ray can be imported; else what to do."""
     import importlib.util
@@ -111,7 +115,9 @@ class RayExecutor:
         if any(os.environ.get(k) for k in keys) or os.path.exists(os.path.expanduser("~/.ray/auth_token")):
             return
         self._env_before = {k: os.environ.get(k) for k in keys}
-        os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+        # one token per process: Ray's token loader keeps the first it read, and a later local
+        # instance in this process (started with a new one) would refuse this driver
+        os.environ["RAY_AUTH_TOKEN"] = _LOCAL_TOKEN.setdefault("token", secrets.token_hex(32))
 
     def _restore_env(self) -> None:
         for key, value in self._env_before.items():  # ray.init also set RAY_AUTH_MODE=token in this process
