@@ -7,7 +7,7 @@ different places: an earlier fault in the same task (a crash, hang or poisoned d
 sample generation raising part-way, the CPU reference refusing a layout variant, a task that
 faulted past its budget. Each is named as what it is, never blamed on a fault it was not::
 
-    >>> [g.line() for g in not_run_groups(matrix.not_run)]              # doctest: +SKIP
+    >>> [g.line() for g in not_run_groups(matrix.not_run)]  # needs a probed matrix: not run  # doctest: +SKIP
     ["2 units of bmm.triton_optimized (bool, int16): OpInfo's sample generation raised after 2 samples (...)"]
 """
 

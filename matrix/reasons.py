@@ -6,7 +6,7 @@ which operators, doing what, for which dtypes. The failing cells of a requiremen
 what went wrong, then by operator, and operators with the same dtypes and layouts are named
 together; wrong values come first, then faults, then what was never probed, then paths::
 
-    >>> gate_reasons(result)                                           # doctest: +SKIP
+    >>> gate_reasons(result)  # needs a gate result: not run  # doctest: +SKIP
     ['L2.ops: mul.Tensor gives wrong values for float32 noncontiguous, transposed input',
      'L2.ops: bmm is rejected for bfloat16, float16, float32']
 """

@@ -229,7 +229,7 @@ def say_cache_miss(path: str | os.PathLike[str], why: str) -> None:
     if key in _SAID:
         return
     _SAID.add(key)
-    print(f"opmatrix: cache entry {key} {why}: ignored (a miss; it is rebuilt)", file=sys.stderr)
+    print(f"opmatrix: cache entry {os.fspath(path)} {why}: ignored (a miss; it is rebuilt)", file=sys.stderr)
 
 
 def read_cache_entry(path: str | os.PathLike[str], *, limit: int = CACHE_ENTRY_LIMIT, quiet: bool = False) -> bytes | None:

@@ -54,9 +54,14 @@ class SickCpuAdapter(CpuAdapter):
 
 class SplitGenerationAdapter(CpuAdapter):
     """The cpu adapter as a pool that started the wrong workers reports it: the first process to
-    claim ``OPMATRIX_TEST_GEN_MARK`` (a file) is generation g2, every later one g1."""
+    claim ``OPMATRIX_TEST_GEN_MARK`` (a file) is generation g2, every later one g1. The run's
+    calibration child (started before any worker, without the run's calibration in its
+    environment) times the backend's start and claims nothing."""
 
     def __init__(self, generation: str | None = None, device_index: int = 0) -> None:
+        if "OPMATRIX_CALIBRATION" not in os.environ:
+            super().__init__("g2", device_index)
+            return
         try:
             os.close(os.open(os.environ["OPMATRIX_TEST_GEN_MARK"], os.O_CREAT | os.O_EXCL | os.O_WRONLY))
             generation = "g2"

@@ -123,7 +123,9 @@ def test_a_run_identity_that_is_a_fifo_is_a_miss_and_replaced(tmp_path: Path) ->
 
     os.mkfifo(tmp_path / IDENTITY_FILE)
     assert cached_identity(tmp_path, "fp") is None
-    store_identity(tmp_path, "fp", {"torch": "x"})
+    from opmatrix.probes.runner.evidence import WorkerIdentity
+
+    store_identity(tmp_path, "fp", WorkerIdentity(torch="x", adapter="cpu", torch_version="x"))
     assert (tmp_path / IDENTITY_FILE).is_file() and "fp" in (tmp_path / IDENTITY_FILE).read_text()
 
 

@@ -69,7 +69,11 @@ def _run(tmp_path: Path, *extra: str, **env: str) -> tuple[dict[str, int | None]
     pids.mkdir()
     script = tmp_path / "orchestrator.py"
     script.write_text(_ORCHESTRATOR)
-    environ = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)]), **env}
+    # the run inherits a calibration (as a worker of a larger run does), so that no calibration child
+    # imports torch: the autoload log then holds exactly the processes the runner started
+    calibration = json.dumps({"plain_start": 2.0, "backend_start": 0.5, "load": 0.0, "backend": "cpu", "problem": None})
+    environ = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)]), "OPMATRIX_CALIBRATION": calibration,
+               **env}
     done = subprocess.run([sys.executable, str(script), str(tmp_path / "out"), str(pids), *extra], cwd=ROOT, env=environ,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -5,10 +5,13 @@ the tensors it returned; ``g.replay()`` runs the recorded calls again on the sam
 buffers: write new inputs into the captured input tensors, read results from the captured
 outputs). Recorded calls run once during capture too, so the outputs hold values at once::
 
+    >>> x = torch.ones(3, device="refaccel")
     >>> g = torch.refaccel.Graph()
     >>> with torch.refaccel.graph(g):
     ...     y = x * 2 + 1
-    >>> x.copy_(new_values); g.replay()     # y now holds new_values * 2 + 1
+    >>> _ = x.copy_(torch.full((3,), 2.0)); g.replay()
+    >>> y.cpu().tolist()     # the replay computed 2 * 2 + 1 on the new values
+    [5.0, 5.0, 5.0]
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ ranks 2 through 5 would stay ``unknown`` at 4 and 5 on every backend; ``--ranks`
 sample with leading dimensions by its operator family's rule (``extensions.yaml``, data, not
 branches)::
 
-    >>> rule_for(entry_of("softmax")).rule, rule_for(entry_of("mm"))          # doctest: +SKIP
+    >>> rule_for(entry_of("softmax")).rule, rule_for(entry_of("mm"))  # needs OpInfo entries: not run  # doctest: +SKIP
     ('kept_axis', None)
 
 The extended samples are ordinary samples from then on: every layout, the CPU reference computed
