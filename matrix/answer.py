@@ -148,7 +148,7 @@ class Answer:
         if not self.known:
             return f"unknown: {self.reason}"
         assert self.entry is not None and self.outcome is not None
-        text = f"{self.path} ({self.outcome.value})"
+        text = path_words(self.path, self.outcome)
         if self.entry.conditions:
             text += f" when {describe(self.entry.conditions)}"
         s = self.entry.samples
@@ -160,11 +160,20 @@ class Answer:
         if self.entry.fallback.ops:
             text += f", host fallback: {', '.join(self.entry.fallback.ops)}"
         for alt in self.alternatives:
-            text += f"; {alt.path.value} ({alt.outcome.value}) when {describe(alt.conditions)}"
+            text += f"; {path_words(alt.path, alt.outcome)} when {describe(alt.conditions)}"
         for worse in (e for e in self.options if severity(e) > severity(self.entry)):
             # a group only a call with other arguments is in (a contract without conditions counts it)
-            text += f"; {worse.path.value} ({worse.outcome.value}) only when {describe(worse.conditions)}"
+            text += f"; {path_words(worse.path, worse.outcome)} only when {describe(worse.conditions)}"
         return text
+
+
+def path_words(path: ExecPath | str, outcome: Outcome) -> str:
+    """``composite (ok)``; a clean refusal reads ``rejected (clean rejection)``, never a bare "ok"
+    beside it (the outcome of a refusal that left the device usable is not a success)."""
+    name = path.value if isinstance(path, ExecPath) else path
+    if name == ExecPath.rejected.value and outcome is Outcome.ok:
+        return f"{name} (clean rejection)"
+    return f"{name} ({outcome.value})"
 
 
 def unknown(reason: str, evidence: Evidence | None, *, options: Sequence[Entry] = ()) -> Answer:

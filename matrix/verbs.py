@@ -34,7 +34,7 @@ from opmatrix.schema import (
 from opmatrix.schema.text import terminal_text
 from opmatrix.schema.yamlload import dumps_json
 
-from .answer import Answer
+from .answer import Answer, path_words
 from .contract_line import contract_line
 from .diff import MatrixDiff, diff_matrices
 from .headline import headline
@@ -235,7 +235,7 @@ def _print_entries(found: OpEntries, as_json: bool, listed: bool, out: TextIO) -
         conds = f" when {', '.join(f'{k}={v}' for k, v in sorted(e.conditions.items()))}" if e.conditions else ""
         print(
             f"{op} {','.join(d.value for d in e.dtypes)} rank {ranks} {','.join(x.value for x in e.layouts)} "
-            f"{e.mode.value}{_shapes(e)}{conds}: {e.path.value} ({e.outcome.value}), {e.samples.passed}/"
+            f"{e.mode.value}{_shapes(e)}{conds}: {path_words(e.path, e.outcome)}, {e.samples.passed}/"
             f"{e.samples.probed} samples{_extended(e)}",
             file=out,
         )

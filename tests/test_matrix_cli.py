@@ -54,7 +54,7 @@ def test_query_without_a_full_cell_lists_the_entries(capsys: pytest.CaptureFixtu
         "composite otherwise (_softmax, contiguous, div, exp, sum); bf16, fp32; ranks 2-5; rejected for fp64; "
         "backward first-order ok; compile: not probed; fallback: none observed\n"
         "1 box entry (eager) match:\n"
-        "aten.softmax.int float64 rank 1-5 contiguous eager: rejected (ok), 10/10 samples\n"
+        "aten.softmax.int float64 rank 1-5 contiguous eager: rejected (clean rejection), 10/10 samples\n"
     )
 
 

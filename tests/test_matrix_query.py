@@ -215,5 +215,5 @@ def test_a_worse_group_a_plain_call_cannot_be_in_is_still_said() -> None:
     index = MatrixIndex(build_matrix(records, backend=BACKEND, evidence=EVIDENCE))
     a = index.query("aten.softmax.int", "float32", 2, "contiguous")
     assert a.path is ExecPath.composite
-    assert "rejected (ok) only when dtype=float64" in a.summary()
+    assert "rejected (clean rejection) only when dtype=float64" in a.summary()
     assert "not counted here: dtype=float64 rejected" in a.reason
