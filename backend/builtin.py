@@ -222,6 +222,14 @@ class PrivateUse1Adapter(Adapter):
         self.device_type = "privateuseone"
 
     def setup(self) -> None:
+        """Import the module; a module that registered no usable device is refused here, in its own
+        words (never a torch-internal error about ``torch.privateuseone`` further on)."""
+        self._import()
+        problem = self.registration_problem()
+        if problem is not None:
+            raise RuntimeError(problem)
+
+    def _import(self) -> None:
         import torch
 
         import_user_module(self.module)
@@ -237,7 +245,7 @@ class PrivateUse1Adapter(Adapter):
     def preflight(self) -> list[str]:
         """The module imports and registers a PrivateUse1 device: a name and an allocator kernel."""
         try:
-            self.setup()
+            self._import()
         except Exception as exc:  # noqa: BLE001 - whatever the import raised is the message
             return [f"--backend {self.name}: cannot import {self.module!r}: {import_failure(exc)}"]
         problem = self.registration_problem()
@@ -280,7 +288,7 @@ class PrivateUse1Adapter(Adapter):
 
     def register(self) -> None:
         """Importing the module registers the device (its runtime should initialise lazily)."""
-        self.setup()
+        self._import()
 
     def device_count(self) -> tuple[int, str]:
         """How many devices the backend has, and which API said so: ``torch.accelerator`` when

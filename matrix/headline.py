@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from opmatrix.schema import Entry, ExecPath, Mode, Outcome, Shapes
 
-from .contract_line import _paths, _rejections, short_dtype
+from .contract_line import _paths, _problems, _rejections, short_dtype
 
 __all__ = ["headline"]
 
@@ -42,8 +42,14 @@ def _ranks(boxes: Sequence[Entry]) -> str:
 
 
 def _works(ok: Sequence[Entry]) -> str:
+    """``eager native for fp32 at ranks 0-3``; with several paths, the contract line's split
+    (by dtype, or by condition and layout), then the dtypes and ranks they cover together (a path
+    split by dtype names its dtypes once)."""
     text = _paths(ok).replace("fallback", "through host fallback")
-    return f"eager {text} for {_dtypes(ok)} at {_ranks(ok)}"
+    sets = [{d for b in ok if b.path is p for d in b.dtypes} for p in sorted({b.path for b in ok})]
+    by_dtype = len(sets) > 1 and all(a.isdisjoint(b) for i, a in enumerate(sets) for b in sets[i + 1:])
+    where = f"at {_ranks(ok)}" if by_dtype else f"for {_dtypes(ok)} at {_ranks(ok)}"
+    return f"eager {text} {where}"
 
 
 def _backward(ok: Sequence[Entry]) -> tuple[str | None, str | None]:
@@ -109,7 +115,7 @@ def headline(entries: Sequence[Entry]) -> str:
         fails.append(f"eager WRONG values for {_dtypes(wrong)} at {_ranks(wrong)}")
     faulted = [b for b in eager if b.outcome not in (Outcome.ok, Outcome.wrong)]
     if faulted:
-        fails.append(f"eager FAULTS ({', '.join(sorted({b.outcome.value for b in faulted}))}) for {_dtypes(faulted)}")
+        fails.append(f"eager {_problems(faulted)[0]} for {_dtypes(faulted)}")  # FAULTS (crashed when input=empty)
     rejected = _rejections(eager)
     fails += [rejected] if rejected else []
     fails += [grad_bad] if grad_bad else []

@@ -39,7 +39,11 @@ def _names(items: list[str], most: int = 4) -> str:
 def _what(cell: CellRef) -> tuple[str, str]:
     """(singular verb phrase, plural verb phrase) for what went wrong in a failing cell."""
     if not cell.probed:
-        return "was never probed", "were never probed"
+        if cell.missing or not cell.reason:
+            return "was never probed", "were never probed"
+        # a cell of no operator probe (a performance record, a workload, a check): its own reason,
+        # e.g. the slowdown and its confidence interval
+        return f"fails: {cell.reason}", f"fail: {cell.reason}"
     if cell.outcome is Outcome.wrong:
         return "gives wrong values", "give wrong values"
     if cell.outcome is not None and cell.outcome is not Outcome.ok:

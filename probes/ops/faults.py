@@ -96,8 +96,10 @@ def scoped(st: EngineState, error: ErrorInfo | None, exc: BaseException) -> Erro
     if error is None:
         return None
     found = after_error(st.adapter)
-    return error.model_copy(update={"fault_scope": found.scope, "scope_evidence": list(found.evidence),
-                                    "cause": cause_chain(exc)})
+    # validated, not model_copy'd: the chain is a backend's text (a lone surrogate, escapes) that
+    # the record's Message type makes safe to write
+    return ErrorInfo.model_validate({**error.model_dump(), "fault_scope": found.scope,
+                                     "scope_evidence": list(found.evidence), "cause": cause_chain(exc)})
 
 
 class SkipPlan:
