@@ -368,6 +368,13 @@ class Adapter:
             self._baseline = self.health_check()
         return self._baseline
 
+    def refresh_baseline(self) -> None:
+        """Measure the baseline again when it failed: another process's fault may have left the
+        device unusable while this one started, and a reset since (the run's reset hook) makes it
+        usable again; a passing baseline is kept (it is the evidence "poisoned" rests on)."""
+        if getattr(self, "_baseline", None) is not None:
+            self._baseline = self.health_check()
+
     def poisoned_after_fault(self) -> str | None:
         """What shows the device unusable after a fault, or None (no positive evidence).
 

@@ -287,6 +287,7 @@ def _serve(
             if task.kind not in targets:
                 raise ValueError(f"no handler for task kind {task.kind!r} (known: {', '.join(sorted(targets))})")
             handlers[task.kind] = resolve_handler(targets[task.kind])
+        ctx.adapter.refresh_baseline()  # a device reset since this worker started is usable again
         record = handlers[task.kind].handle(ctx, task, progress, skip, skip_rest)
         if not hasattr(record, "model_dump_json"):
             raise TypeError(f"handler for {task.kind!r} returned {type(record).__name__}, expected a pydantic record")
