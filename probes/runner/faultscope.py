@@ -106,6 +106,9 @@ def observe(adapter: Adapter, backend: str | None, keepalive: Callable[[], None]
     evidence.append(_said(f"a fresh process on device {adapter.device_index}", same))
     if same is None:
         return ScopeFinding(FaultScope.context, tuple(evidence))
+    if same.startswith(NO_ANSWER):  # a slow machine, not a finding: neither context nor device is shown
+        return ScopeFinding(FaultScope.unknown, (*evidence, "a fresh process gave no answer in time: the machine "
+                                                 "was too loaded to tell a context fault from a device fault"))
     if not others:
         return ScopeFinding(FaultScope.device, (*evidence, "no other device on this node to compare"))
     if here is not None:
@@ -147,6 +150,10 @@ def after_restart(adapter: Adapter, device: int | None) -> ScopeFinding:
     return ScopeFinding(FaultScope.context if problem is None else FaultScope.unknown, (said,))
 
 
+#: how a fresh process that never answered is reported (a timeout, not a failed check)
+NO_ANSWER = "no answer within"
+
+
 def fresh_process(spec: str, adapter: Adapter, index: int, keepalive: Callable[[], None] = lambda: None) -> str | None:
     """The bring-up check on device ``index`` in a new process; None when it passes."""
     cmd = [sys.executable, "-m", "opmatrix.probes.runner.faultscope", spec, adapter.generation or "-", str(index)]
@@ -155,7 +162,10 @@ def fresh_process(spec: str, adapter: Adapter, index: int, keepalive: Callable[[
                                  env=dict(os.environ), start_new_session=True)
     except OSError as exc:
         return f"could not start a process: {exc}"
-    end = time.monotonic() + CHILD_S
+    from .calibrate import current
+
+    limit = max(CHILD_S, current().child_deadline())  # the machine measured at run start, not a constant
+    end = time.monotonic() + limit
     while True:
         try:
             out, _ = child.communicate(timeout=2.0)
@@ -165,7 +175,7 @@ def fresh_process(spec: str, adapter: Adapter, index: int, keepalive: Callable[[
             if time.monotonic() > end:
                 child.kill()
                 child.communicate()
-                return f"no answer within {CHILD_S:.0f} s"
+                return f"{NO_ANSWER} {limit:.0f} s"
     lines = [line for line in (out or "").splitlines() if line.strip()]
     last = lines[-1] if lines else f"exit {child.returncode}, no output"
     return None if child.returncode == 0 and last == "ok" else last.removeprefix("problem: ")
