@@ -56,6 +56,11 @@ def evaluate_fault_scope(req: LevelRequirement, *, rid: str, level: int, blockin
         return RequirementResult(id=rid, level=level, kind="fault_scope", title=title, status=Status.failed,
                                  blocking=blocking, cells=cells, checked=checked, failed=len(cells),
                                  message="; ".join(c.line() for c in cells[:8]))
+    if checked == 0:  # a bound over nothing shows nothing: never a pass
+        return RequirementResult(id=rid, level=level, kind="fault_scope", title=title, status=Status.unknown,
+                                 blocking=blocking, checked=0,
+                                 message="no probed entry of the level's operators: nothing shows faults stay within "
+                                         f"scope {bound.value}")
     return RequirementResult(id=rid, level=level, kind="fault_scope", title=title, status=Status.passed,
                              blocking=blocking, checked=checked,
                              message=f"{checked} entries, {faulted} faulted, each fault within scope {bound.value}")

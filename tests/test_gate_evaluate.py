@@ -263,3 +263,6 @@ def test_max_fault_scope_blocks_a_wider_fault() -> None:
     unrecorded = matrix({"aten.mul.Tensor": [_with_scope(wide, None)]})
     none = _req(_evaluate(unrecorded, c), "L2.fault_scope")
     assert none.status is Status.failed and "fault scope not recorded" in none.cells[0].reason
+    elsewhere = matrix({"aten.add.Tensor": [entry(("float32",), (1, 3))]})  # the bound selects nothing probed
+    empty = _req(_evaluate(elsewhere, c), "L2.fault_scope")
+    assert empty.status is Status.unknown and empty.checked == 0 and "nothing shows" in empty.message
